@@ -1,0 +1,440 @@
+"""ESOptimizer: perturb / restore / update of any torch.nn.Module around an fp32 master copy.
+
+Why a master copy: the working weights may be bf16 or fp16, where an update of ~1e-4 is
+below half an ulp of most weights and an in-place add silently drops it, and where
+``w + sigma*eps - sigma*eps != w``. So the optimizer keeps an fp32 master, perturbs by
+writing ``cast(master + sign*sigma*eps)`` into the working weights, restores by writing
+``cast(master)`` (bit-exact by construction) and adds every update to the master in fp32.
+
+All passes go chunk by chunk over the flattened parameters, so the only extra memory is a
+per-thread workspace of one noise chunk (plus one accumulator chunk for updates).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from runner.es.noise import DEFAULT_BLOCK, NOISE_SCHEME, check_seed, fill_noise, stream_hasher
+from runner.es.records import Result, UpdateRecord
+from runner.es.shaping import get_shaping
+from runner.es.staleness import DropOver, StalenessRule, parse_staleness
+
+DEFAULT_CHUNK = 2**20  # elements; 4 MiB of fp32 noise per thread
+
+
+@dataclass
+class _Workspace:
+    """Per-thread scratch: one generator and lazily allocated chunk buffers per device."""
+
+    generators: dict[torch.device, torch.Generator] = field(default_factory=dict)
+    noise: dict[torch.device, torch.Tensor] = field(default_factory=dict)
+    acc: dict[torch.device, torch.Tensor] = field(default_factory=dict)
+
+    def get(self, kind: str, device: torch.device, size: int) -> torch.Tensor:
+        store = self.noise if kind == "noise" else self.acc
+        buf = store.get(device)
+        if buf is None:
+            buf = store[device] = torch.empty(size, dtype=torch.float32, device=device)
+        return buf
+
+    def generator(self, device: torch.device) -> torch.Generator:
+        gen = self.generators.get(device)
+        if gen is None:
+            gen = self.generators[device] = torch.Generator(device=device)
+        return gen
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.noise.values(), *self.acc.values()))
+
+
+def _finite(name: str, value: float) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return v
+
+
+class ESOptimizer:
+    """Evolution strategies on the floating-point parameters of ``model``.
+
+    Args:
+        model: any module; its floating parameters (``named_parameters()``, tied weights
+            once) are optimized, or those accepted by ``include(name, param)``.
+        sigma: perturbation scale (> 0). alpha: step size (>= 0); 1/sigma is folded in.
+        shaping: ``"zscore"`` (published), ``"centered_rank"`` or ``"raw"``.
+        antithetic: when True a cohort must hold each seed with sign +1 and -1; a seed whose
+            partner is missing (e.g. dropped as stale) is dropped too.
+        staleness: ``"none"``, ``"drop_over:K"``, ``"lag_weighted:GAMMA"`` or a rule object.
+        chunk_size: elements per chunk (a multiple of ``noise_block``); the extra memory.
+        noise_block: elements per independently seeded noise block (part of the stream
+            definition, see :mod:`runner.es.noise`; recorded in checkpoints).
+        threads: CPU threads that process chunks in parallel (each has its own workspace).
+        hash_base: hash the base weights now, so checkpoints can name them.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        sigma: float = 0.0015,
+        alpha: float = 0.00075,
+        shaping: str = "zscore",
+        antithetic: bool = False,
+        staleness: str | StalenessRule | None = "none",
+        *,
+        chunk_size: int = DEFAULT_CHUNK,
+        noise_block: int = DEFAULT_BLOCK,
+        threads: int = 1,
+        include: Callable[[str, torch.nn.Parameter], bool] | None = None,
+        hash_base: bool = True,
+    ) -> None:
+        self.sigma = _finite("sigma", sigma)
+        if self.sigma <= 0:
+            raise ValueError(f"sigma must be > 0, got {sigma!r}")
+        self.alpha = _finite("alpha", alpha)
+        if self.alpha < 0:
+            raise ValueError(f"alpha must be >= 0, got {alpha!r}")
+        self.shaping = shaping
+        self._shape_fn = get_shaping(shaping)
+        self.antithetic = bool(antithetic)
+        self.staleness = parse_staleness(staleness)
+        if not isinstance(noise_block, int) or noise_block < 1:
+            raise ValueError(f"noise_block must be a positive integer, got {noise_block!r}")
+        if not isinstance(chunk_size, int) or chunk_size < noise_block or chunk_size % noise_block:
+            raise ValueError(
+                f"chunk_size must be a positive multiple of noise_block={noise_block}, got {chunk_size!r}"
+            )
+        if not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
+        self.chunk_size = chunk_size
+        self.noise_block = noise_block
+        self.threads = threads
+        self.model = model
+
+        self._names: list[str] = []
+        self._params: list[torch.Tensor] = []  # flat views of the working weights
+        self._masters: list[torch.Tensor] = []  # flat fp32 (fp64 for fp64 params) masters
+        self._shapes: list[torch.Size] = []
+        for name, p in model.named_parameters():
+            if not p.is_floating_point() or (include is not None and not include(name, p)):
+                continue
+            if not p.is_contiguous():
+                raise ValueError(f"parameter {name!r} is not contiguous; call .contiguous() first")
+            flat = p.detach().view(-1)
+            master_dtype = torch.float64 if p.dtype == torch.float64 else torch.float32
+            self._names.append(name)
+            self._params.append(flat)
+            self._masters.append(flat.to(master_dtype, copy=True))
+            self._shapes.append(p.shape)
+        if not self._names:
+            raise ValueError("model has no floating-point parameters to optimize")
+        self._tasks = [
+            (i, start, min(start + chunk_size, flat.numel()))
+            for i, flat in enumerate(self._params)
+            for start in range(0, flat.numel(), chunk_size)
+        ]
+        self._workspaces = [_Workspace() for _ in range(threads)]
+        self._pool: ThreadPoolExecutor | None = None
+        self._version = 0
+        self.log: list[UpdateRecord] = []
+        self._active: tuple[int, int] | None = None
+        self._base_hash: str | None = self.weights_hash() if hash_base else None
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def version(self) -> int:
+        """Number of committed updates."""
+        return self._version
+
+    @property
+    def device_type(self) -> str:
+        return self._params[0].device.type
+
+    @property
+    def base_hash(self) -> str | None:
+        """sha256 of the base weights (names, dtypes, shapes, bytes), or None if not hashed."""
+        return self._base_hash
+
+    @property
+    def num_parameters(self) -> int:
+        return sum(t.numel() for t in self._params)
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Bytes of scratch buffers allocated so far (the extra memory beyond the master)."""
+        return sum(ws.nbytes() for ws in self._workspaces)
+
+    def master_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """(name, master tensor in the parameter's shape); views of the live master, do not modify."""
+        for name, m, shape in zip(self._names, self._masters, self._shapes, strict=True):
+            yield name, m.view(shape)
+
+    def weights_hash(self) -> str:
+        """sha256 of the current working weights (chunked host copies for device tensors)."""
+        h = hashlib.sha256()
+        for name, flat, shape in zip(self._names, self._params, self._shapes, strict=True):
+            h.update(f"{name}|{flat.dtype}|{tuple(shape)}\n".encode())
+            raw = flat.view(torch.uint8) if flat.numel() else flat.new_empty(0, dtype=torch.uint8)
+            for s in range(0, raw.numel(), 1 << 26):
+                piece = raw[s : s + (1 << 26)].cpu()
+                h.update(piece.numpy().data)
+        return h.hexdigest()
+
+    # ------------------------------------------------------------------ chunk engine
+    def _run(self, fn: Callable[[int, int, int, _Workspace], None]) -> None:
+        """Apply fn(param_index, start, end, workspace) to every chunk, on ``threads`` threads."""
+        if self.threads == 1:
+            ws = self._workspaces[0]
+            for task in self._tasks:
+                fn(*task, ws)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="es-chunk")
+
+        def worker(k: int) -> None:
+            ws = self._workspaces[k]
+            for task in self._tasks[k :: self.threads]:
+                fn(*task, ws)
+
+        for fut in [self._pool.submit(worker, k) for k in range(self.threads)]:
+            fut.result()
+
+    @torch.no_grad()
+    def _write_perturbed(self, seed: int, scale: float) -> None:
+        hashers = [stream_hasher(seed, name) for name in self._names]
+
+        def fn(i: int, start: int, end: int, ws: _Workspace) -> None:
+            master = self._masters[i][start:end]
+            noise = ws.get("noise", master.device, self.chunk_size)[: end - start]
+            fill_noise(
+                noise,
+                seed,
+                self._names[i],
+                start,
+                block=self.noise_block,
+                generator=ws.generator(master.device),
+                hasher=hashers[i],
+            )
+            # Separate mul and add (no fused multiply-add) so the rounding of every element
+            # is the same whatever the chunking, vector width or thread count.
+            noise.mul_(scale)
+            noise.add_(master)
+            self._params[i][start:end].copy_(noise)
+
+        self._run(fn)
+
+    @torch.no_grad()
+    def _sync_working(self) -> None:
+        for flat, master in zip(self._params, self._masters, strict=True):
+            flat.copy_(master)  # re-cast from the master: bit-exact, never a subtraction
+
+    @torch.no_grad()
+    def _apply_entries(self, entries: Sequence[tuple[int, float]]) -> None:
+        if not entries:
+            return
+        hashers = [[stream_hasher(s, name) for name in self._names] for s, _ in entries]
+
+        def fn(i: int, start: int, end: int, ws: _Workspace) -> None:
+            master = self._masters[i][start:end]
+            noise = ws.get("noise", master.device, self.chunk_size)[: end - start]
+            acc = ws.get("acc", master.device, self.chunk_size)[: end - start]
+            acc.zero_()
+            gen = ws.generator(master.device)
+            for k, (seed, coef) in enumerate(entries):
+                fill_noise(
+                    noise,
+                    seed,
+                    self._names[i],
+                    start,
+                    block=self.noise_block,
+                    generator=gen,
+                    hasher=hashers[k][i],
+                )
+                noise.mul_(coef)
+                acc.add_(noise)
+            # The whole update is summed first, then added once: small terms are not rounded
+            # away against the (larger) weights one by one.
+            master.add_(acc)
+            self._params[i][start:end].copy_(master)
+
+        self._run(fn)
+
+    # ------------------------------------------------------------------ public API
+    @contextmanager
+    def perturbed(self, seed: int, sign: int = 1) -> Iterator[torch.nn.Module]:
+        """Within the block the model holds ``cast(master + sign*sigma*eps(seed))``.
+
+        On exit (also on an exception) the working weights are re-cast from the master,
+        which restores them bit-exactly.
+        """
+        seed = check_seed(seed)
+        if sign not in (1, -1):
+            raise ValueError(f"sign must be +1 or -1, got {sign!r}")
+        if self._active is not None:
+            raise RuntimeError(
+                f"already perturbed by seed {self._active[0]}; perturbations do not nest"
+            )
+        self._active = (seed, sign)
+        try:
+            self._write_perturbed(seed, sign * self.sigma)
+            yield self.model
+        finally:
+            self._sync_working()
+            self._active = None
+
+    def make_update(self, results: Iterable[Result | tuple]) -> UpdateRecord:
+        """Build (but do not apply) the record that ``step`` would commit for ``results``."""
+        items = [Result.coerce(r) for r in results]
+        if not items:
+            raise ValueError("step needs at least one result")
+        seen: set[tuple[int, int]] = set()
+        accepted: list[tuple[Result, int, float]] = []
+        dropped: list[dict[str, Any]] = []
+        for r in items:
+            if (r.seed, r.sign) in seen:
+                raise ValueError(f"seed {r.seed} with sign {r.sign:+d} appears twice in one cohort")
+            seen.add((r.seed, r.sign))
+            lag = self._version - r.dispatch_version
+            if lag < 0:
+                raise ValueError(
+                    f"result of seed {r.seed} has dispatch_version {r.dispatch_version} "
+                    f"beyond the current version {self._version}"
+                )
+            weight = self.staleness.weight(lag)
+            if weight is None:
+                assert isinstance(self.staleness, DropOver)
+                dropped.append(
+                    {"seed": r.seed, "sign": r.sign, "lag": lag,
+                     "reason": f"lag {lag} > max_lag {self.staleness.max_lag}"}
+                )  # fmt: skip
+                continue
+            accepted.append((r, lag, weight))
+        if self.antithetic:
+            signs: dict[int, set[int]] = {}
+            for r, _, _ in accepted:
+                signs.setdefault(r.seed, set()).add(r.sign)
+            paired = [a for a in accepted if len(signs[a[0].seed]) == 2]
+            for r, lag, _ in accepted:
+                if len(signs[r.seed]) != 2:
+                    dropped.append(
+                        {"seed": r.seed, "sign": r.sign, "lag": lag,
+                         "reason": "antithetic partner missing"}
+                    )  # fmt: skip
+            accepted = paired
+        entries: dict[int, float] = {}
+        if accepted:
+            z = self._shape_fn([r.reward for r, _, _ in accepted])
+            n = len(accepted)
+            for (r, _, weight), zi in zip(accepted, z, strict=True):
+                coef = self.alpha / n * weight * r.sign * float(zi)
+                entries[r.seed] = entries.get(r.seed, 0.0) + coef
+        return UpdateRecord(
+            version=self._version + 1,
+            entries=tuple(entries.items()),
+            sigma=self.sigma,
+            alpha=self.alpha,
+            shaping=self.shaping,
+            staleness=self.staleness.spec(),
+            n_accepted=len(accepted),
+            lags=tuple(lag for _, lag, _ in accepted),
+            dropped=tuple(dropped),
+        )
+
+    def step(self, results: Iterable[Result | tuple]) -> UpdateRecord:
+        """Commit one update from ``(seed, reward, dispatch_version[, sign])`` results.
+
+        Staleness rule first (lag = version - dispatch_version), then shaping over the
+        accepted cohort, coefficient ``alpha/N * weight * sign * Z_i`` with N accepted;
+        the update is accumulated in fp32, added to the master and re-cast into the model.
+        A cohort where everything is dropped still commits (an empty update), so versions
+        stay aligned with the scheduling policy.
+        """
+        if self._active is not None:
+            raise RuntimeError("step() inside a perturbed() block")
+        record = self.make_update(results)
+        self.apply(record)
+        return record
+
+    def apply(self, record: UpdateRecord | dict[str, Any]) -> None:
+        """Apply the next record of a log (``record.version == self.version + 1``)."""
+        if isinstance(record, dict):
+            record = UpdateRecord.from_dict(record)
+        if self._active is not None:
+            raise RuntimeError("cannot apply an update inside a perturbed() block")
+        if record.version != self._version + 1:
+            raise ValueError(f"record has version {record.version}, expected {self._version + 1}")
+        self._apply_entries(record.entries)
+        self.log.append(record)
+        self._version += 1
+
+    def replay(self, log: Iterable[UpdateRecord | dict[str, Any]], upto: int | None = None) -> int:
+        """Catch up by regenerating noise from the seeds of ``log``; returns the new version.
+
+        Records this optimizer already holds are checked against its own log (a mismatch
+        raises ValueError); later ones are applied in order, up to version ``upto``.
+        """
+        for rec in log:
+            if isinstance(rec, dict):
+                rec = UpdateRecord.from_dict(rec)
+            if upto is not None and rec.version > upto:
+                break
+            if rec.version <= self._version:
+                if rec.version < 1 or self.log[rec.version - 1].entries != rec.entries:
+                    raise ValueError(
+                        f"log diverges from this optimizer's log at version {rec.version}"
+                    )
+                continue
+            self.apply(rec)
+        if upto is not None and self._version < upto:
+            raise ValueError(f"log ends at version {self._version}, cannot reach version {upto}")
+        return self._version
+
+    @torch.no_grad()
+    def load_master(
+        self, tensors: dict[str, torch.Tensor], log: Sequence[UpdateRecord], version: int
+    ) -> None:
+        """Install a full snapshot of the master taken at ``version`` (with its log)."""
+        if set(tensors) != set(self._names):
+            missing = sorted(set(self._names) - set(tensors))
+            extra = sorted(set(tensors) - set(self._names))
+            raise ValueError(
+                f"snapshot parameters do not match: missing {missing}, unexpected {extra}"
+            )
+        for name, master in zip(self._names, self._masters, strict=True):
+            src = tensors[name].reshape(-1)
+            if src.numel() != master.numel() or src.dtype != master.dtype:
+                raise ValueError(f"snapshot tensor {name!r} has the wrong size or dtype")
+            master.copy_(src)
+        self.log = list(log[:version])
+        self._version = version
+        self._sync_working()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    def config(self) -> dict[str, Any]:
+        """Hyper-parameters and the noise definition, as recorded in checkpoints."""
+        return {
+            "sigma": self.sigma,
+            "alpha": self.alpha,
+            "shaping": self.shaping,
+            "antithetic": self.antithetic,
+            "staleness": self.staleness.spec(),
+            "noise": {
+                "scheme": NOISE_SCHEME,
+                "block": self.noise_block,
+                "device_type": self.device_type,
+            },
+        }
