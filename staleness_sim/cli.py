@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from .config import ConfigError, Scenario, load_scenario
@@ -186,7 +187,7 @@ def _add_fit(p: argparse.ArgumentParser) -> None:
 
 
 def _fit(args: argparse.Namespace) -> int:
-    from .durations import _read_column as read_column
+    from .durations import read_column
     from .fitting import fit_durations
 
     if args.data.is_dir():
@@ -196,6 +197,7 @@ def _fit(args: argparse.Namespace) -> int:
         values = (jobs["end_time"] - jobs["start_time"]).to_numpy()
     else:
         values = read_column(args.data, args.column)
+        values = values[~np.isnan(values)]  # empty cells are missing measurements
     result = fit_durations(values, criterion=args.criterion)
     if args.plot:
         result.plot(args.plot)

@@ -132,7 +132,7 @@ class EmpiricalSpec(_Spec):
             data = np.asarray(self.values, dtype=float)
         else:
             assert self.path is not None
-            data = _read_column(self.path, self.column)
+            data = read_column(self.path, self.column)
         data = data[~np.isnan(data)]
         if data.size == 0:
             raise ValueError("empirical needs at least one value")
@@ -146,7 +146,7 @@ class EmpiricalSpec(_Spec):
         return self._data
 
 
-def _read_column(path: Path, column: str | None) -> np.ndarray:
+def read_column(path: Path, column: str | None) -> np.ndarray:
     import pandas as pd  # only needed for file-backed empirical specs
 
     if not path.is_file():

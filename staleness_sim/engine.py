@@ -23,7 +23,8 @@ Conventions for simultaneous events (tested in ``tests/sim/test_engine.py``):
 
 from __future__ import annotations
 
-from collections import deque
+import json
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -50,15 +51,34 @@ class DurationStream:
     """
 
     def __init__(self, job, rng: np.random.Generator, first_block: int = 256, max_block: int = 16384):
-        self._job, self._rng = job, rng
+        self.job, self._rng = job, rng
         self._values = np.empty(0)
         self._block, self._max_block = first_block, max_block
 
     def __getitem__(self, job_id: int) -> float:
         while job_id >= len(self._values):
-            self._values = np.concatenate([self._values, self._job.sample(self._rng, self._block)])
+            self._values = np.concatenate([self._values, self.job.sample(self._rng, self._block)])
             self._block = min(2 * self._block, self._max_block)
         return float(self._values[job_id])
+
+
+_STREAMS: OrderedDict[str, DurationStream] = OrderedDict()
+_STREAM_CACHE_SIZE = 16
+
+
+def duration_stream(scenario: Scenario, job=None) -> DurationStream:
+    """The scenario's job durations; scenarios sharing a job model and seed share one stream
+    (a sweep over workers or policies samples each workload once per process)."""
+    if job is not None:  # a caller-supplied job model is not keyed by the config
+        return DurationStream(job, np.random.default_rng(scenario.seed))
+    key = json.dumps([scenario.job.model_dump(mode="json"), scenario.seed], sort_keys=True)
+    stream = _STREAMS.pop(key, None)
+    if stream is None:
+        stream = DurationStream(make_job(scenario.job), np.random.default_rng(scenario.seed))
+    _STREAMS[key] = stream
+    while len(_STREAMS) > _STREAM_CACHE_SIZE:
+        _STREAMS.popitem(last=False)
+    return stream
 
 
 @dataclass
@@ -78,7 +98,8 @@ class Counters:
 class Simulation:
     def __init__(self, scenario: Scenario, job=None, on_commit: Callable[[int], None] | None = None):
         self.scenario = scenario
-        self.job = job if job is not None else make_job(scenario.job)
+        self.durations = duration_stream(scenario, job)
+        self.job = self.durations.job
         self.on_commit = on_commit
         self.counters = Counters()
 
@@ -86,7 +107,6 @@ class Simulation:
         sc = self.scenario
         self.env = env = simpy.Environment()
         self.policy = make_policy(sc.policy, sc.cohort, sc.drain_every)
-        self.durations = DurationStream(self.job, np.random.default_rng(sc.seed))
         self.rec = TraceRecorder()
         self._queue: deque[tuple[int, simpy.Event]] = deque()
         self._available = {0: 0.0}  # version -> time its weights are available

@@ -96,6 +96,11 @@ class Policy:
     def cohort_filled(self) -> int:
         return len(self._members)
 
+    @property
+    def results_pending(self) -> int:
+        """Results that must still land before the open cohort can commit."""
+        return self._needed() - len(self._members)
+
     def dispatch_version(self, job_id: int) -> int:
         return self._in_flight[job_id]
 
@@ -245,6 +250,11 @@ class ControlledDelay(Synchronous):
         return self.cohort_size
 
     @property
+    def results_pending(self) -> int:
+        # results of this version still to be held back land before the cohort fills
+        return super().results_pending + self.n_delayed - self._deferred_this_version
+
+    @property
     def held(self) -> int:
         """Results deferred and not yet released into a cohort."""
         return sum(len(v) for v in self._deferred.values())
@@ -301,9 +311,12 @@ class BoundedStaleness(Policy):
 
 
 class Draining:
-    """Every ``every`` updates, stop dispatching until no job is in flight (a checkpoint).
+    """Every ``every`` updates, drain before committing (the published run's checkpoints).
 
-    Wraps any policy; the published run drains at checkpoints.
+    While building a cohort whose version is a multiple of ``every``, no job starts once
+    the jobs in flight could complete the cohort; the cohort then commits with nothing in
+    flight, so the checkpoint is quiescent and the next cohort is all fresh. Results that
+    are discarded on landing reopen dispatch, so draining never deadlocks.
     """
 
     def __init__(self, inner: Policy, every: int) -> None:
@@ -312,16 +325,14 @@ class Draining:
         self.inner = inner
         self.every = every
         self.kind = inner.kind
-        self._draining = False
 
     def __getattr__(self, name: str):  # read-only state (version, in_flight, ...)
         return getattr(self.inner, name)
 
     def on_idle(self, worker: int) -> Decision:
-        if self._draining:
-            if self.inner.in_flight > 0:
-                return Wait(f"draining after version {self.inner.version}")
-            self._draining = False
+        upcoming = self.inner.version + 1
+        if upcoming % self.every == 0 and self.inner.in_flight >= self.inner.results_pending:
+            return Wait(f"draining before the checkpoint at version {upcoming}")
         return self.inner.on_idle(worker)
 
     def on_result(self, job_id: int) -> Verdict:
@@ -331,10 +342,7 @@ class Draining:
         return self.inner.ready()
 
     def commit(self) -> Cohort:
-        cohort = self.inner.commit()
-        if cohort.version % self.every == 0:
-            self._draining = True
-        return cohort
+        return self.inner.commit()
 
     def on_cancel(self, job_id: int) -> None:
         self.inner.on_cancel(job_id)

@@ -116,15 +116,15 @@ class TraceRecorder:
         self.jobs: dict[str, list[Any]] = {c: [] for c in JOB_COLUMNS}
         self.updates: dict[str, list[Any]] = {c: [] for c in UPDATE_COLUMNS}
         self.workers: dict[str, list[Any]] = {c: [] for c in WORKER_COLUMNS}
+        self._job_lists = [self.jobs[c] for c in JOB_COLUMNS]
+        self._worker_lists = [self.workers[c] for c in WORKER_COLUMNS]
 
     def dispatch(self, job_id: int, worker: int, seed: int, version: int, time: float) -> None:
         if job_id != len(self.jobs["job_id"]):
             raise ValueError(f"job ids must be dispatched in order: got {job_id}")
-        row = dict.fromkeys(JOB_COLUMNS)
-        row.update(job_id=job_id, worker=worker, seed=seed, dispatch_version=version,
-                   dispatch_time=time, verdict="cancelled", reason="never finished")
-        for c in JOB_COLUMNS:
-            self.jobs[c].append(row[c])
+        row = (job_id, worker, seed, version, time, None, None, None, "cancelled", None, None, "never finished")
+        for column, value in zip(self._job_lists, row, strict=True):
+            column.append(value)
 
     def set_job(self, job_id: int, **values: Any) -> None:
         for c, v in values.items():
@@ -136,8 +136,8 @@ class TraceRecorder:
 
     def interval(self, worker: int, state: str, start: float, end: float) -> None:
         if end > start:
-            for c, v in zip(WORKER_COLUMNS, (worker, state, start, end), strict=True):
-                self.workers[c].append(v)
+            for column, value in zip(self._worker_lists, (worker, state, start, end), strict=True):
+                column.append(value)
 
     def trace(self, meta: dict[str, Any]) -> Trace:
         jobs = pd.DataFrame(self.jobs, columns=list(JOB_COLUMNS))
