@@ -104,6 +104,11 @@ def load_checkpoint(
     noise = cfg["noise"]
     if noise["scheme"] != NOISE_SCHEME:
         raise ValueError(f"checkpoint noise scheme {noise['scheme']!r} is not {NOISE_SCHEME!r}")
+    block = kwargs.pop("noise_block", noise["block"])
+    if block != noise["block"]:
+        raise ValueError(
+            f"noise_block={block} differs from the checkpoint's {noise['block']}; the noise would differ"
+        )
     opt = ESOptimizer(
         model,
         sigma=cfg["sigma"],
