@@ -20,6 +20,8 @@ import pandas as pd
 from .config import ConfigError, Scenario, load_scenario
 from .engine import simulate
 from .metrics import summarize
+from .report import add_report_arguments, report_command
+from .sweep import add_sweep_arguments, sweep_command
 from .trace import TraceError
 
 USER_ERRORS = (ConfigError, TraceError, FileNotFoundError, ValueError)
@@ -216,6 +218,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "run": ("simulate one scenario", _add_run, _run),
     "compare": ("simulate several scenarios side by side (the main job)", _add_compare, _compare),
     "fit": ("fit a duration model to measured durations by maximum likelihood", _add_fit, _fit),
+    "sweep": ("run a sweep of scenarios in parallel, resumably", add_sweep_arguments, sweep_command),
+    "report": ("write a report (Markdown, HTML, PNG figures) of a sweep", add_report_arguments, report_command),
 }
 
 

@@ -62,8 +62,10 @@ class SweepSpec:
     def points(self) -> Iterator[dict[str, Any]]:
         """Axis values of every point, grid axes outermost, in the order written."""
         grid = [list(zip(itertools.repeat(k), v, strict=False)) for k, v in self.grid.items()]
-        zips = [[list(zip(g.keys(), row, strict=True)) for row in zip(*g.values(), strict=True)]
-                for g in self.zips]
+        zips = [
+            [list(zip(g.keys(), row, strict=True)) for row in zip(*g.values(), strict=True)]
+            for g in self.zips
+        ]
         for combo in itertools.product(*grid, *zips):
             values: dict[str, Any] = {}
             for item in combo:
@@ -85,9 +87,17 @@ class SweepSpec:
 
     def describe(self) -> dict[str, Any]:
         """Plain data saved beside the results (the report reads the axes from it)."""
-        return {"name": self.name, "source": self.source, "axes": self.axes,
-                "grid": self.grid, "zip": self.zips, "seeds": self.run_seeds,
-                "points": self.n_points, "runs": self.n_runs, "base": self.base}
+        return {
+            "name": self.name,
+            "source": self.source,
+            "axes": self.axes,
+            "grid": self.grid,
+            "zip": self.zips,
+            "seeds": self.run_seeds,
+            "points": self.n_points,
+            "runs": self.n_runs,
+            "base": self.base,
+        }
 
 
 def scenario_key(scenario: dict[str, Any]) -> str:
@@ -142,7 +152,9 @@ def parse_sweep(data: dict[str, Any], source: str = "sweep", folder: str | Path 
             raise ConfigError(f"{source}: axis {key!r} is given twice")
         seen.add(key)
     if not seen:
-        raise ConfigError(f"{source}: grid: empty (give at least one axis with values in grid or zip)")
+        raise ConfigError(
+            f"{source}: grid: empty (give at least one axis with values in grid or zip)"
+        )
     name = data.get("name", Path(source).stem if source != "sweep" else "sweep")
     if not isinstance(name, str):
         raise ConfigError(f"{source}: name: expected a string (got {name!r})")
@@ -173,7 +185,9 @@ def _axes(axes: Any, where: str, source: str) -> dict[str, list[Any]]:
         if key == "seed" or key.startswith("seed."):
             raise ConfigError(f"{source}: {where}.seed: use the top-level seeds list instead")
         if not isinstance(values, list):
-            raise ConfigError(f"{source}: {where}.{key}: expected a list of values (got {values!r})")
+            raise ConfigError(
+                f"{source}: {where}.{key}: expected a list of values (got {values!r})"
+            )
         if not values:
             raise ConfigError(f"{source}: {where}.{key}: empty list of values")
         out[key] = values
@@ -203,8 +217,10 @@ def _seeds(seeds: Any, source: str) -> list[int] | None:
         return None
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         seeds = list(range(seeds))  # seeds: 3 means [0, 1, 2]
-    ok = isinstance(seeds, list) and seeds and all(
-        isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds
+    ok = (
+        isinstance(seeds, list)
+        and seeds
+        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
     )
     if not ok:
         raise ConfigError(

@@ -1,0 +1,274 @@
+"""``staleness-sim sweep``: run every point of a sweep file, in parallel, resumably.
+
+Runs are grouped into batches (many small scenarios per task, so that process or Ray
+overhead does not dominate) and executed by a local process pool (default) or Ray tasks.
+Each finished batch is saved at once as a part file; at the end the parts are folded into
+``DIR/results.parquet`` (one row per point and seed) and ``DIR/lag_hists.parquet``.
+A row's metrics are exactly ``staleness-sim run --json`` for that scenario and seed.
+
+Python use::
+
+    from staleness_sim.sweep import run_sweep
+    out = run_sweep("configs/sweeps/paper_published.yaml", "runs/sweeps/paper", jobs=2)
+    out.results.groupby("workers")["updates_per_hour"].mean()
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .config import ConfigError, validate
+from .sweep_spec import Run, SweepSpec, axis_value, load_sweep, parse_sweep
+from .sweep_store import SWEEP_INFO, ResultStore, atomic_write
+
+BACKENDS = ("local", "ray")
+Batch = list[tuple[str, dict[str, Any]]]  # (key, scenario) pairs
+
+
+@dataclass
+class SweepOutput:
+    folder: Path
+    results: pd.DataFrame  # one row per point and seed
+    lag_hists: pd.DataFrame  # point, seed, key, lag, count
+    ran: int  # runs simulated now
+    reused: int  # runs found finished in the folder
+
+
+# -- one batch (runs in a worker process or a Ray task) ---------------------------------
+
+
+def result_row(key: str, scenario: dict[str, Any]) -> dict[str, Any]:
+    """Simulate one scenario; its ``run --json`` summary, flattened for a table."""
+    from .cli import policy_label, run_summary  # lazy: cli imports this module
+
+    sc = validate(scenario, key)
+    row: dict[str, Any] = {}
+    for k, v in run_summary(sc).items():
+        # histograms as JSON text: round-trips through Parquet, keys become strings as in --json
+        row[k] = json.dumps(v) if isinstance(v, dict) else v
+    row["policy_label"] = policy_label(sc)
+    row["policy_kind"] = sc.policy.kind
+    row["scenario"] = json.dumps(scenario, sort_keys=True)
+    row["key"] = key
+    return row
+
+
+def run_batch(batch: Batch) -> list[dict[str, Any]]:
+    return [result_row(key, scenario) for key, scenario in batch]
+
+
+def summary_of_row(row: pd.Series | dict[str, Any]) -> dict[str, Any]:
+    """Back from a results row to the ``run --json`` object (as parsed JSON)."""
+    from .metrics import SUMMARY_KEYS
+
+    row = dict(row)
+    out = {k: row[k] for k in ("name", "seed", *SUMMARY_KEYS)}
+    out["lag_hist"] = json.loads(out["lag_hist"])
+    return json.loads(json.dumps(out, default=_plain))
+
+
+def _plain(x: Any) -> Any:
+    return x.item() if hasattr(x, "item") else str(x)
+
+
+# -- backends ---------------------------------------------------------------------------
+
+
+def batch_size(n_runs: int, jobs: int) -> int:
+    """About eight batches per worker (load balance against heavy tails), at most 32 runs."""
+    return max(1, min(32, math.ceil(n_runs / (8 * jobs))))
+
+
+def run_local(batches: list[Batch], jobs: int) -> Iterator[list[dict[str, Any]]]:
+    if jobs == 1:  # in-process: no pool to start, and easy to debug
+        for b in batches:
+            yield run_batch(b)
+        return
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    # fork: workers inherit the imported modules, so a pool starts in milliseconds
+    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
+    try:
+        futures = [pool.submit(run_batch, b) for b in batches]
+        for f in as_completed(futures):
+            yield f.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(
+            "--backend ray needs Ray: pip install 'ray>=2.9' (or the ray extra)"
+        ) from None
+    return ray
+
+
+def run_ray(batches: list[Batch], jobs: int) -> Iterator[list[dict[str, Any]]]:
+    """Ray tasks; joins RAY_ADDRESS's cluster when set, else starts a local Ray with ``jobs`` CPUs."""
+    ray = import_ray()
+    package_root = str(Path(__file__).resolve().parent.parent)
+    started = False
+    if not ray.is_initialized():
+        address = os.environ.get("RAY_ADDRESS")
+        if address:  # ship this package's code to the cluster (its dependencies must be there)
+            import staleness_sim
+
+            env = {"py_modules": [staleness_sim]}
+            ray.init(address=address, runtime_env=env, log_to_driver=False)
+        else:
+            path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+            env = {"env_vars": {"PYTHONPATH": path}}
+            ray.init(num_cpus=jobs, runtime_env=env, include_dashboard=False, log_to_driver=False)
+        started = True
+    task = ray.remote(num_cpus=1)(run_batch)
+    pending = [task.remote(b) for b in batches]
+    try:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                yield ray.get(ref)
+    finally:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        if started:
+            ray.shutdown()
+
+
+# -- the sweep --------------------------------------------------------------------------
+
+
+def run_sweep(
+    sweep: SweepSpec | dict[str, Any] | str | Path,
+    out: str | Path,
+    jobs: int | None = None,
+    backend: str = "local",
+    yes: bool = False,
+    progress: bool | None = None,
+    batch: int | None = None,
+) -> SweepOutput:
+    """Run every unfinished point of ``sweep`` into folder ``out``; return the results.
+
+    Every point is validated before anything runs or is written; ``progress=None`` shows a
+    bar only on a terminal.
+    """
+    spec = sweep if isinstance(sweep, SweepSpec) else _as_spec(sweep)
+    if backend not in BACKENDS:
+        raise ConfigError(f"--backend: {backend!r} is not one of {', '.join(BACKENDS)}")
+    jobs = jobs if jobs is not None else (len(os.sched_getaffinity(0)) or 1)
+    if jobs < 1:
+        raise ConfigError(f"--jobs: must be at least 1 (got {jobs})")
+    if batch is not None and batch < 1:
+        raise ConfigError(f"batch: must be at least 1 (got {batch})")
+    runs = spec.runs(yes=yes)  # validates every point: nothing is written on error
+    if backend == "ray":
+        import_ray()
+    folder = Path(out)
+    store = ResultStore(folder)
+    store.check_readable()
+    old_axes = _old_axes(folder)
+
+    done_keys = set(store.finished(old_axes)["key"])
+    todo = [r for r in runs if r.key not in done_keys]
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write(folder / SWEEP_INFO, lambda p: p.write_text(json.dumps(spec.describe(), indent=2)))
+    if todo:
+        size = batch or batch_size(len(todo), jobs)
+        batches = [
+            [(r.key, r.scenario) for r in todo[i : i + size]] for i in range(0, len(todo), size)
+        ]
+        execute = run_local if backend == "local" else run_ray
+        from tqdm.auto import tqdm
+
+        bar = tqdm(
+            total=len(todo),
+            desc=spec.name,
+            unit="run",
+            file=sys.stderr,
+            disable=None if progress is None else not progress,
+            dynamic_ncols=True,
+        )
+        try:
+            for rows in execute(batches, jobs):
+                store.append(rows)  # saved at once: an interruption loses nothing finished
+                bar.update(len(rows))
+        finally:
+            bar.close()
+    table = store.consolidate(points_frame(spec, runs), old_axes)
+    lags = pd.read_parquet(folder / "lag_hists.parquet")
+    return SweepOutput(folder, table, lags, ran=len(todo), reused=len(runs) - len(todo))
+
+
+def points_frame(spec: SweepSpec, runs: list[Run]) -> pd.DataFrame:
+    """point, one column per axis (named by its dotted key), key: one row per run."""
+    values = list(spec.points())
+    rows = [
+        {"point": r.point, **{k: axis_value(v) for k, v in values[r.point].items()}, "key": r.key}
+        for r in runs
+    ]
+    return pd.DataFrame(rows, columns=["point", *spec.axes, "key"])
+
+
+def _as_spec(sweep: dict[str, Any] | str | Path) -> SweepSpec:
+    if isinstance(sweep, dict):
+        return parse_sweep(sweep, source="sweep", folder=Path.cwd())
+    return load_sweep(sweep)
+
+
+def _old_axes(folder: Path) -> list[str]:
+    info = folder / SWEEP_INFO
+    try:
+        return list(json.loads(info.read_text()).get("axes", []))
+    except (OSError, ValueError):
+        return []
+
+
+# -- command line -----------------------------------------------------------------------
+
+
+def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sweep", type=Path, help="sweep YAML file (base, grid, zip, seeds)")
+    p.add_argument("--out", type=Path, help="output folder (default: runs/sweeps/<sweep name>)")
+    p.add_argument("--jobs", type=int, help="parallel processes or Ray CPUs (default: all cores)")
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="local",
+        help="local process pool (default) or Ray tasks (joins RAY_ADDRESS if set)",
+    )
+    p.add_argument("--batch", type=int, help="runs per task (default: about 8 tasks per worker)")
+    p.add_argument("--yes", action="store_true", help="allow more than 100,000 runs")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def sweep_command(args: argparse.Namespace) -> int:
+    spec = load_sweep(args.sweep)
+    out = args.out or Path("runs") / "sweeps" / spec.name
+    result = run_sweep(
+        spec,
+        out,
+        jobs=args.jobs,
+        backend=args.backend,
+        yes=args.yes,
+        progress=False if args.no_progress else None,
+        batch=args.batch,
+    )
+    print(
+        f"{spec.name}: {spec.n_runs} runs ({spec.n_points} points x {len(spec.run_seeds)} seeds); "
+        f"simulated {result.ran}, reused {result.reused}; results in {out / 'results.parquet'}"
+    )
+    return 0
