@@ -1,0 +1,284 @@
+"""Parse an Apptainer ``container.def`` and turn it into Dockerfile steps.
+
+Upstream Endless Terminals tasks set up their files in ``%post`` (run by ``/bin/sh -e`` as
+root on top of ``From: ubuntu:22.04``) and export variables in ``%environment``. Both map
+onto Docker directly: the ``%post`` text becomes one ``RUN`` of the same script under
+``/bin/sh -e`` (so here-documents and ``echo`` behave exactly as under dash), and
+``%environment`` is sourced by every shell the sandbox starts. Sections whose meaning
+depends on the host (``%setup``, ``%files``) or bootstrap agents other than docker are
+refused with the line that caused it.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from runner.terminal.errors import DefinitionError
+
+# Sections that only matter for Apptainer's own run/test/help commands: safe to ignore.
+_IGNORED_SECTIONS = {"runscript", "startscript", "test", "help", "labels", "arguments"}
+_SUPPORTED_BOOTSTRAPS = {"docker", "library", "docker-daemon"}
+_HOST_ONLY_VARS = re.compile(r"\$\{?(APPTAINER|SINGULARITY)_(ROOTFS|ENVIRONMENT)\b")
+_HEREDOC = re.compile(r"<<(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
+
+
+@dataclass
+class Definition:
+    """The parts of a container.def the sandbox uses; line numbers are 1-based in the file."""
+
+    bootstrap: str
+    from_image: str
+    post: str = ""
+    post_first_line: int = 0
+    environment: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def parse_definition(text: str, where: str) -> Definition:
+    """Parse ``text``; ``where`` names the task in error messages."""
+    header: dict[str, tuple[str, int]] = {}
+    sections: dict[str, tuple[list[str], int]] = {}
+    current: str | None = None
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        stripped = raw.strip()
+        match = re.match(r"^%([A-Za-z]+)\b(.*)$", stripped)
+        # A '%' line inside a section body is still a section header in Apptainer's parser
+        # unless it is inside a here-document; upstream files never rely on that.
+        if match and not raw.startswith((" ", "\t")) or (match and current is None):
+            name = match.group(1).lower()
+            if name in ("setup", "files"):
+                raise DefinitionError(
+                    f"{where}: container.def line {lineno}: section %{name} runs on the "
+                    f"host and cannot be translated to a Dockerfile: {stripped!r}"
+                )
+            if name not in ("post", "environment") and name not in _IGNORED_SECTIONS:
+                raise DefinitionError(
+                    f"{where}: container.def line {lineno}: unknown section %{name}"
+                )
+            current = name
+            sections[name] = ([], lineno + 1)
+            continue
+        if current is None:
+            if not stripped or stripped.startswith("#"):
+                continue
+            key, sep, value = stripped.partition(":")
+            if not sep:
+                raise DefinitionError(
+                    f"{where}: container.def line {lineno}: expected 'Key: value' header, "
+                    f"got {stripped!r}"
+                )
+            header[key.strip().lower()] = (value.strip(), lineno)
+            continue
+        sections[current][0].append(raw)
+
+    bootstrap, bline = header.get("bootstrap", ("", 0))
+    if not bootstrap:
+        raise DefinitionError(f"{where}: container.def has no 'Bootstrap:' header")
+    if bootstrap.lower() not in _SUPPORTED_BOOTSTRAPS:
+        raise DefinitionError(
+            f"{where}: container.def line {bline}: Bootstrap {bootstrap!r} is not supported "
+            f"(allowed: {', '.join(sorted(_SUPPORTED_BOOTSTRAPS))})"
+        )
+    from_image = header.get("from", ("", 0))[0]
+    if not from_image:
+        raise DefinitionError(f"{where}: container.def has no 'From:' header")
+
+    post_lines, post_first = sections.get("post", ([], 0))
+    env_lines, _ = sections.get("environment", ([], 0))
+    _check_post(post_lines, post_first, where)
+    labels = {}
+    for line in sections.get("labels", ([], 0))[0]:
+        parts = line.strip().split(None, 1)
+        if len(parts) == 2:
+            labels[parts[0]] = parts[1]
+    return Definition(
+        bootstrap=bootstrap.lower(),
+        from_image=from_image,
+        post=_dedent_outside_heredocs(post_lines),
+        post_first_line=post_first,
+        environment="\n".join(line.strip() for line in env_lines if line.strip()) + "\n"
+        if any(line.strip() for line in env_lines)
+        else "",
+        labels=labels,
+    )
+
+
+def _check_post(lines: list[str], first_line: int, where: str) -> None:
+    """Refuse what cannot work inside ``docker build``; name the offending line."""
+    open_doc: tuple[str, bool, int] | None = None
+    for offset, line in enumerate(lines):
+        lineno = first_line + offset
+        if open_doc is not None:
+            word, strip_tabs, _ = open_doc
+            candidate = line.lstrip("\t") if strip_tabs else line
+            # Upstream files indent everything; a terminator indented like the body counts.
+            if candidate.strip() == word:
+                open_doc = None
+            continue
+        if _HOST_ONLY_VARS.search(line):
+            raise DefinitionError(
+                f"{where}: container.def line {lineno}: refers to the host-side build "
+                f"variables of Apptainer, which have no Docker equivalent: {line.strip()!r}"
+            )
+        for match in _HEREDOC.finditer(line):
+            open_doc = (match.group(3), match.group(1) == "-", lineno)
+    if open_doc is not None:
+        raise DefinitionError(
+            f"{where}: container.def line {open_doc[2]}: here-document '{open_doc[0]}' "
+            f"is never terminated"
+        )
+
+
+def _dedent_outside_heredocs(lines: list[str]) -> str:
+    """Strip the section's indentation from shell lines and from here-doc terminators.
+
+    Apptainer passes the body verbatim to ``/bin/sh``, where an indented terminator does
+    not end a here-document; upstream files nevertheless indent them, and Apptainer
+    builds succeed because its parser strips leading whitespace from section lines. We do
+    the same for shell lines and terminators, and keep here-document bodies untouched so
+    file contents stay byte-exact.
+    """
+    out: list[str] = []
+    open_doc: tuple[str, bool] | None = None
+    for line in lines:
+        if open_doc is not None:
+            word, strip_tabs = open_doc
+            candidate = line.lstrip("\t") if strip_tabs else line
+            if candidate.strip() == word:
+                out.append(word)
+                open_doc = None
+            else:
+                out.append(line)
+            continue
+        out.append(line.strip())
+        for match in _HEREDOC.finditer(line):
+            open_doc = (match.group(3), match.group(1) == "-")
+    return "\n".join(out).strip("\n") + "\n" if any(s.strip() for s in out) else ""
+
+
+# --- dropping installs the base image already satisfies --------------------------------
+
+_SEP = re.compile(r"(\s*(?:&&|;|\|\|)\s*)")
+
+
+def drop_provided_installs(
+    script: str, provided_apt: frozenset[str], provided_pip: frozenset[str], user: str
+) -> tuple[str, list[str]]:
+    """Replace install lines the base image already satisfies with ``true``.
+
+    Needed because pip cannot reach PyPI here (and refuses system installs on Debian
+    without a flag), and apt would need the network for packages already present. Only
+    whole commands are replaced, so ``a && pip3 install pytest && b`` keeps its chain.
+    Returns the new script and a note per replaced command.
+    """
+    notes: list[str] = []
+    out: list[str] = []
+    apt_installs_left = False
+    open_doc: str | None = None
+    logical = _logical_lines(script)
+    rewritten: list[tuple[str, bool]] = []  # (line, is_shell)
+    for line in logical:
+        if open_doc is not None:
+            rewritten.append((line, False))
+            if line.strip() == open_doc:
+                open_doc = None
+            continue
+        docs = list(_HEREDOC.finditer(line))
+        if docs:
+            open_doc = docs[-1].group(3)
+        parts = _SEP.split(line)
+        for i in range(0, len(parts), 2):
+            new, kind = _rewrite_command(parts[i], provided_apt, provided_pip, user)
+            if new != parts[i]:
+                notes.append(f"{parts[i].strip()!r} -> provided by the base image")
+                parts[i] = new
+            if kind == "apt-install-kept":
+                apt_installs_left = True
+        rewritten.append(("".join(parts), True))
+    for line, is_shell in rewritten:
+        if is_shell and not apt_installs_left:
+            parts = _SEP.split(line)
+            for i in range(0, len(parts), 2):
+                if _is_apt_update(parts[i]):
+                    notes.append(f"{parts[i].strip()!r} -> not needed (no apt install left)")
+                    parts[i] = _keep_indent(parts[i], "true")
+            line = "".join(parts)
+        out.append(line)
+    return "\n".join(out) + ("\n" if script.endswith("\n") else ""), notes
+
+
+def _logical_lines(script: str) -> list[str]:
+    """Join backslash-continued lines (outside here-documents) so one command is one line."""
+    lines: list[str] = []
+    buf = ""
+    open_doc: str | None = None
+    for line in script.split("\n"):
+        if open_doc is not None:
+            lines.append(line)
+            if line.strip() == open_doc:
+                open_doc = None
+            continue
+        if line.endswith("\\") and not _HEREDOC.search(line):
+            buf += line[:-1] + " "
+            continue
+        line = buf + line
+        buf = ""
+        lines.append(line)
+        docs = list(_HEREDOC.finditer(line))
+        if docs:
+            open_doc = docs[-1].group(3)
+    if buf:
+        lines.append(buf)
+    if script.endswith("\n") and lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def _keep_indent(original: str, replacement: str) -> str:
+    return original[: len(original) - len(original.lstrip())] + replacement
+
+
+def _tokens(command: str) -> list[str] | None:
+    try:
+        tokens = shlex.split(command)
+    except ValueError:
+        return None
+    while tokens and (tokens[0] == "sudo" or re.match(r"^[A-Za-z_]\w*=", tokens[0])):
+        tokens = tokens[1:]
+    return tokens
+
+
+def _is_apt_update(command: str) -> bool:
+    tokens = _tokens(command)
+    return bool(tokens) and tokens[0] in ("apt-get", "apt") and "update" in tokens[1:2]
+
+
+def _rewrite_command(
+    command: str, provided_apt: frozenset[str], provided_pip: frozenset[str], user: str
+) -> tuple[str, str]:
+    tokens = _tokens(command)
+    if not tokens or any(ch in command for ch in "|<>`$("):
+        return command, ""
+    head = tokens[0]
+    if head in ("pip", "pip3") or (
+        head.startswith("python") and tokens[1:3] == ["-m", "pip"]
+    ):
+        rest = tokens[1:] if head in ("pip", "pip3") else tokens[3:]
+        if rest[:1] == ["install"]:
+            pkgs = [t for t in rest[1:] if not t.startswith("-")]
+            opts_with_args = {"-r", "--requirement", "-e", "--editable", "-i", "--index-url"}
+            if pkgs and not opts_with_args & set(rest):
+                names = {re.split(r"[<>=!~\[ ]", p, maxsplit=1)[0].lower() for p in pkgs}
+                if names <= provided_pip:
+                    return _keep_indent(command, "true"), "pip-dropped"
+        return command, ""
+    if head in ("apt-get", "apt") and "install" in tokens[1:]:
+        pkgs = [t for t in tokens[tokens.index("install") + 1 :] if not t.startswith("-")]
+        if pkgs and {p.split("=")[0] for p in pkgs} <= provided_apt:
+            return _keep_indent(command, "true"), "apt-dropped"
+        return command, "apt-install-kept"
+    if head in ("useradd", "adduser") and tokens[-1] == user:
+        return _keep_indent(command, "true"), "user-exists"
+    return command, ""

@@ -1,0 +1,137 @@
+"""Labels that mark our containers, and removal of containers whose owner died.
+
+Every sandbox container carries ``es-runner.sandbox=1`` and an owner label naming host,
+boot id, pid and that pid's start time. At start-up a process removes containers whose
+owner is provably dead (same host, and another boot or no such process); containers of
+live processes and of other hosts are never touched. Live containers are also tracked
+in-process so exceptions, Ctrl-C and ``atexit`` remove them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import socket
+import threading
+from typing import Any
+
+import docker
+import docker.errors
+
+log = logging.getLogger(__name__)
+
+LABEL_SANDBOX = "es-runner.sandbox"
+LABEL_OWNER = "es-runner.owner"
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return data[data.rindex(b")") + 2 :].split()[19].decode()
+
+
+def owner_label(pid: int | None = None) -> str:
+    pid = os.getpid() if pid is None else pid
+    return json.dumps(
+        {"host": socket.gethostname(), "boot": _boot_id(), "pid": pid, "start": _start_time(pid)},
+        sort_keys=True,
+    )
+
+
+def owner_is_dead(label: str) -> bool:
+    """True only when the owner is on this host and certainly no longer running."""
+    try:
+        owner: dict[str, Any] = json.loads(label)
+    except (json.JSONDecodeError, TypeError):
+        return False
+    if owner.get("host") != socket.gethostname():
+        return False
+    if owner.get("boot") != _boot_id():
+        return True
+    pid = owner.get("pid")
+    if not isinstance(pid, int):
+        return False
+    return _start_time(pid) != owner.get("start")
+
+
+def sandbox_labels(task_id: str) -> dict[str, str]:
+    return {LABEL_SANDBOX: "1", LABEL_OWNER: owner_label(), "es-runner.task": task_id[:200]}
+
+
+def count_sandboxes(client: docker.DockerClient) -> int:
+    return len(client.containers.list(all=True, filters={"label": LABEL_SANDBOX}))
+
+
+def reap_orphans(client: docker.DockerClient) -> int:
+    """Remove sandbox containers whose owning process is dead; return how many."""
+    removed = 0
+    for container in client.containers.list(all=True, filters={"label": LABEL_SANDBOX}):
+        if owner_is_dead(container.labels.get(LABEL_OWNER, "")):
+            try:
+                container.remove(force=True, v=True)
+                removed += 1
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                log.warning("could not remove orphan container %s: %s", container.short_id, exc)
+    if removed:
+        log.warning("removed %d sandbox container(s) left behind by dead processes", removed)
+    return removed
+
+
+_reaped_once = False
+_reap_lock = threading.Lock()
+
+
+def reap_orphans_once(client: docker.DockerClient) -> None:
+    global _reaped_once
+    with _reap_lock:
+        if not _reaped_once:
+            reap_orphans(client)
+            _reaped_once = True
+
+
+# --- in-process registry ------------------------------------------------------------------
+_live: dict[str, docker.models.containers.Container] = {}
+_live_lock = threading.Lock()
+
+
+def register(container: docker.models.containers.Container) -> None:
+    with _live_lock:
+        _live[container.id] = container
+
+
+def unregister(container_id: str) -> None:
+    with _live_lock:
+        _live.pop(container_id, None)
+
+
+def remove_all_live() -> int:
+    """Force-remove every container this process still holds (Ctrl-C, exit)."""
+    with _live_lock:
+        containers = list(_live.values())
+        _live.clear()
+    for container in containers:
+        try:
+            container.remove(force=True, v=True)
+        except docker.errors.NotFound:
+            pass
+        except Exception as exc:  # noqa: BLE001 - best effort at shutdown
+            log.warning("could not remove container %s: %s", container.short_id, exc)
+    return len(containers)
+
+
+atexit.register(remove_all_live)

@@ -1,0 +1,463 @@
+"""One Docker container per episode with a persistent bash session for the agent.
+
+Each command is sent to the shell as ``read -N <bytes>`` + the command text, then run
+with ``eval`` (so ``cd`` and variables persist), stdin from /dev/null (an interactive
+program cannot swallow the protocol) and stderr merged into stdout, followed by a
+random sentinel carrying the exit code. On timeout the command's processes are killed
+(see :mod:`runner.terminal.procs`); if the shell itself is stuck (a builtin loop) or has
+exited, a new shell is started and the observation says so.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+import select
+import socket
+import struct
+import tarfile
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import docker
+import docker.errors
+
+from runner.terminal import procs, reaper
+from runner.terminal.errors import SandboxError
+from runner.terminal.output import OUTPUT_LIMIT, OutputCollector
+from runner.terminal.task import TaskLimits
+
+log = logging.getLogger(__name__)
+
+TIMEOUT_EXIT_CODE = 124  # as GNU timeout reports it
+_READY_FILE = "/run/.es-ready"
+# PID 1's child: seed the tmpfs home from the image's copy, then idle.
+_MAIN = (
+    'if [ "$ES_HOME_TMPFS" = 1 ] && [ -d /.es/home-seed ]; then '
+    "cp -a /.es/home-seed/. /home/user/; fi; "
+    'if [ "$ES_HOME_TMPFS" = 1 ]; then chown user:user /home/user 2>/dev/null; fi; '
+    ": > " + _READY_FILE + "; exec sleep infinity"
+)
+
+
+@dataclass
+class SandboxConfig:
+    network: bool = False
+    output_limit: int = OUTPUT_LIMIT
+    home_size_mb: int = 1024  # cap on the tmpfs home (the task's storage_mb if smaller)
+    tmp_size_mb: int = 256
+    kill_grace_s: float = 2.0
+    start_timeout_s: float = 30.0
+    pids_alarm_fraction: float = 0.9
+
+
+@dataclass
+class CommandResult:
+    output: str
+    exit_code: int
+    timed_out: bool = False
+    shell_restarted: bool = False
+    truncated: bool = False
+    total_chars: int = 0
+    duration_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+class ShellDied(Exception):
+    pass
+
+
+class _Shell:
+    """A bash process inside the container, attached through a docker exec socket."""
+
+    def __init__(self, api: docker.APIClient, container_id: str, user: str, workdir: str) -> None:
+        self.api = api
+        self.nonce = uuid.uuid4().hex[:16]
+        env = {"HOME": "/home/user" if user != "root" else "/root", "USER": user, "LOGNAME": user,
+               "SHELL": "/bin/bash", "TERM": "dumb"}
+        self.exec_id = api.exec_create(
+            container_id, ["/bin/bash", "--noprofile", "--norc"], stdin=True, stdout=True,
+            stderr=True, tty=False, user=user, workdir=workdir, environment=env,
+        )["Id"]
+        self._sockio = api.exec_start(self.exec_id, socket=True)
+        self.sock: socket.socket = self._sockio._sock
+        self.sock.settimeout(30)
+        self._frame = b""
+        self._payload = bytearray()
+        self.eof = False
+        init = (
+            "exec 2>&1\n"
+            f"i=0; while [ ! -e {_READY_FILE} ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done\n"
+            "[ -r /.es/environment ] && . /.es/environment\n"
+            f"cd {workdir}\n"
+            f"printf '\\n__ES_READY_{self.nonce} %s %s\\n' \"$$\" \"1 $(cat /proc/1/task/1/children 2>/dev/null)\"\n"
+        )
+        self.send(init.encode())
+        self.pid_in_container = -1
+        self.host_pid = -1  # known once the shell has answered (see Sandbox._open_shell)
+
+    def send(self, data: bytes) -> None:
+        try:
+            self.sock.sendall(data)
+        except OSError as exc:
+            raise ShellDied(str(exc)) from None
+
+    def read(self, timeout: float) -> bytes | None:
+        """Next payload bytes; b'' when nothing arrived in ``timeout``; None at EOF."""
+        if self._payload:
+            out = bytes(self._payload)
+            self._payload.clear()
+            return out
+        if self.eof:
+            return None
+        ready, _, _ = select.select([self.sock], [], [], max(0.0, timeout))
+        if not ready:
+            return b""
+        try:
+            chunk = self.sock.recv(65536)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.eof = True
+            return None
+        self._frame += chunk
+        # Multiplexed stream: 8-byte header (stream, 0, 0, 0, big-endian size) + payload.
+        while len(self._frame) >= 8:
+            size = struct.unpack(">I", self._frame[4:8])[0]
+            if len(self._frame) < 8 + size:
+                break
+            self._payload += self._frame[8 : 8 + size]
+            self._frame = self._frame[8 + size :]
+        out = bytes(self._payload)
+        self._payload.clear()
+        return out
+
+    def exit_code(self) -> int | None:
+        try:
+            return self.api.exec_inspect(self.exec_id).get("ExitCode")
+        except docker.errors.APIError:
+            return None
+
+    def close(self) -> None:
+        try:
+            self._sockio.close()
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class Sandbox:
+    """A started container with the agent's shell; use as a context manager."""
+
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        image: str,
+        *,
+        task_id: str = "adhoc",
+        limits: TaskLimits | None = None,
+        config: SandboxConfig | None = None,
+        user: str = "user",
+        workdir: str = "/home/user",
+        home_tmpfs: bool = True,
+    ) -> None:
+        self.client = client
+        self.image = image
+        self.task_id = task_id
+        self.limits = limits or TaskLimits()
+        self.config = config or SandboxConfig()
+        self.user = user
+        self.workdir = workdir
+        self.home_tmpfs = home_tmpfs
+        self.container: docker.models.containers.Container | None = None
+        self.shell: _Shell | None = None
+        self.host: procs.HostView | None = None
+        self._cmd_counter = 0
+        self._session_ticks = 0
+        self._baseline: set[int] = set()  # host pids of init and the idle main process
+        self._baseline_ns: set[int] = set()  # the same, as pids inside the container
+        self.start_s = 0.0
+
+    # --- lifecycle -----------------------------------------------------------------------
+    def __enter__(self) -> Sandbox:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        t0 = time.perf_counter()
+        reaper.reap_orphans_once(self.client)
+        lim, cfg = self.limits, self.config
+        tmpfs = {"/tmp": f"size={cfg.tmp_size_mb}m,mode=1777", "/var/tmp": "size=64m,mode=1777"}
+        if self.home_tmpfs:
+            tmpfs["/home/user"] = f"size={min(lim.storage_mb, cfg.home_size_mb)}m,mode=0755"
+        try:
+            self.container = self.client.containers.create(
+                self.image,
+                ["/bin/sh", "-c", _MAIN],
+                labels=reaper.sandbox_labels(self.task_id),
+                init=True,
+                network_mode="bridge" if cfg.network else "none",
+                nano_cpus=int(lim.cpus * 1e9),
+                mem_limit=f"{lim.memory_mb}m",
+                memswap_limit=f"{lim.memory_mb}m",
+                pids_limit=lim.pids,
+                tmpfs=tmpfs,
+                environment={"ES_HOME_TMPFS": "1" if self.home_tmpfs else "0"},
+                user="root",
+                hostname="sandbox",
+                detach=True,
+            )
+        except docker.errors.ImageNotFound:
+            raise SandboxError(f"{self.task_id}: image {self.image} not found") from None
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"{self.task_id}: cannot create container: {exc.explanation}") from None
+        reaper.register(self.container)
+        try:
+            self.container.start()
+            self.container.reload()
+            init_pid = self.container.attrs["State"]["Pid"]
+            self.host = procs.HostView.open(self.container.id, init_pid)
+            self._session_ticks = procs.now_ticks()
+            self.shell = self._open_shell()
+        except BaseException:
+            self.close()
+            raise
+        self.start_s = time.perf_counter() - t0
+
+    def close(self) -> None:
+        if self.shell is not None:
+            self.shell.close()
+            self.shell = None
+        if self.container is not None:
+            cid = self.container.id
+            try:
+                self.container.remove(force=True, v=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                log.warning("could not remove container %s: %s", cid[:12], exc)
+            reaper.unregister(cid)
+            self.container = None
+
+    def _open_shell(self) -> _Shell:
+        assert self.container is not None
+        try:
+            shell = _Shell(self.client.api, self.container.id, self.user, self.workdir)
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"{self.task_id}: cannot start the shell: {exc.explanation}") from None
+        pattern = re.compile(rb"\n__ES_READY_" + shell.nonce.encode() + rb" (\d+) ([\d ]*)\n")
+        buf = b""
+        deadline = time.monotonic() + self.config.start_timeout_s
+        while time.monotonic() < deadline:
+            chunk = shell.read(deadline - time.monotonic())
+            if chunk is None:
+                raise SandboxError(
+                    f"{self.task_id}: the shell exited at start-up: {buf.decode(errors='replace')[-300:]}"
+                )
+            buf += chunk
+            match = pattern.search(buf)
+            if match:
+                shell.pid_in_container = int(match.group(1))
+                if self.host is not None:
+                    shell.host_pid = self.host.host_pid_of(shell.pid_in_container)
+                    # Never kill what ran before the agent's shell (init, the idle main).
+                    self._baseline.update(set(self.host.pids()) - {shell.host_pid})
+                else:
+                    self._baseline_ns.update(int(x) for x in match.group(2).split())
+                return shell
+        shell.close()
+        raise SandboxError(f"{self.task_id}: the shell did not start within {self.config.start_timeout_s} s")
+
+    # --- commands ------------------------------------------------------------------------
+    def run(self, command: str, timeout: float) -> CommandResult:
+        """Run one command in the persistent shell; never raises for command failures."""
+        if self.shell is None or self.container is None:
+            raise SandboxError("sandbox is not started")
+        t0 = time.perf_counter()
+        notes: list[str] = []
+        if self._pids_alarm():
+            killed = self._kill_since(self._session_ticks)
+            notes.append(
+                f"[the container had reached its process limit ({self.limits.pids}); "
+                f"{killed} leftover process(es) were killed before this command]"
+            )
+        self._drain()
+        self._cmd_counter += 1
+        cid = self._cmd_counter
+        data = command.encode()
+        sentinel = f"__ES_DONE_{self.shell.nonce}_{cid}"
+        wrapper = (
+            f"LC_ALL=C IFS= read -r -d '' -N {len(data)} __es_cmd; "
+            f'eval "$__es_cmd" </dev/null 2>&1; __es_rc=$?; '
+            f"printf '\\n%s %d\\n' {sentinel} \"$__es_rc\"\n"
+        ).encode()
+        start_ticks = procs.now_ticks()
+        collector = OutputCollector(self.config.output_limit)
+        pattern = re.compile(b"\n" + sentinel.encode() + rb" (\d+)\n")
+        timed_out = False
+        try:
+            self.shell.send(wrapper + data)
+            rc = self._collect(pattern, collector, time.monotonic() + timeout)
+            restarted = False
+            if rc is None:  # timeout: interrupt the command, then escalate
+                timed_out = True
+                self._kill_since(start_ticks)
+                rc = self._collect(pattern, collector, time.monotonic() + self.config.kill_grace_s)
+                if rc is None:
+                    self._kill_since(self._session_ticks)
+                    rc = self._collect(pattern, collector, time.monotonic() + self.config.kill_grace_s)
+                if rc is None:
+                    self._restart_shell()
+                    restarted = True
+                    notes.append(
+                        f"[command timed out after {timeout:g} s; the shell had to be restarted, so "
+                        f"the working directory, variables and background jobs were reset]"
+                    )
+                else:
+                    notes.append(f"[command timed out after {timeout:g} s and was interrupted]")
+                rc = TIMEOUT_EXIT_CODE
+        except ShellDied:
+            code = self.shell.exit_code()
+            rc = code if code is not None else 1
+            restarted = True
+            self._restart_shell()
+            if timed_out:
+                rc = TIMEOUT_EXIT_CODE
+                notes.append(
+                    f"[command timed out after {timeout:g} s; the shell had to be restarted, so "
+                    f"the working directory, variables and background jobs were reset]"
+                )
+            else:
+                timed_out = False
+                notes.append(f"[the shell exited; a new shell was started in {self.workdir}]")
+        if not timed_out and self._pids_alarm():
+            killed = self._kill_since(start_ticks)
+            notes.append(
+                f"[the container reached its process limit ({self.limits.pids}); the "
+                f"{killed} process(es) this command started were killed]"
+            )
+        output = collector.finish()
+        if notes:
+            output = (output + "\n" if output else "") + "\n".join(notes)
+        return CommandResult(
+            output=output, exit_code=rc, timed_out=timed_out, shell_restarted=restarted,
+            truncated=collector.truncated, total_chars=collector.total_chars,
+            duration_s=time.perf_counter() - t0, notes=notes,
+        )
+
+    def _collect(self, pattern: re.Pattern[bytes], collector: OutputCollector, deadline: float) -> int | None:
+        """Feed output to ``collector`` until the sentinel (return its code) or the deadline."""
+        assert self.shell is not None
+        pending = getattr(self, "_pending", b"")
+        keep = 64
+        while True:
+            match = pattern.search(pending)
+            if match:
+                collector.feed(pending[: match.start()])
+                self._pending = b""
+                return int(match.group(1))
+            if len(pending) > keep:
+                collector.feed(pending[:-keep])
+                pending = pending[-keep:]
+            self._pending = pending
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            chunk = self.shell.read(min(remaining, 0.5))
+            if chunk is None:
+                collector.feed(pending)
+                self._pending = b""
+                raise ShellDied("eof")
+            pending += chunk
+
+    def _drain(self) -> None:
+        """Discard output that background jobs wrote between commands."""
+        assert self.shell is not None
+        self._pending = b""
+        for _ in range(100):
+            chunk = self.shell.read(0)
+            if not chunk:
+                return
+
+    def _restart_shell(self) -> None:
+        if self.shell is not None:
+            if self.host and self.shell.host_pid > 0:
+                try:
+                    import os
+                    import signal
+
+                    os.kill(self.shell.host_pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            else:
+                self.exec_root(["kill", "-9", str(self.shell.pid_in_container)], timeout=10)
+            self.shell.close()
+        self._kill_since(self._session_ticks)
+        self._pending = b""
+        self.shell = self._open_shell()
+
+    def _kill_since(self, ticks: int) -> int:
+        assert self.shell is not None
+        if self.host is not None:
+            return self.host.kill_since(ticks, {self.shell.host_pid} | self._baseline)
+        script = procs.in_container_script(ticks, {self.shell.pid_in_container} | self._baseline_ns)
+        rc, out = self.exec_root(["python3", "-c", script], timeout=15)
+        try:
+            return int(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return 0
+
+    def _pids_alarm(self) -> bool:
+        if self.host is None:
+            return False
+        current = self.host.pids_current()
+        return current is not None and current >= self.config.pids_alarm_fraction * self.limits.pids
+
+    # --- plumbing for verifiers ----------------------------------------------------------
+    def exec_root(self, cmd: list[str], timeout: float, user: str = "root",
+                  workdir: str | None = None) -> tuple[int, str]:
+        """Run ``cmd`` via docker exec, bounded by ``timeout`` (coreutils timeout inside)."""
+        assert self.container is not None
+        wrapped = ["timeout", "-k", "5", str(int(max(1, timeout)))] + cmd
+        try:
+            exec_id = self.client.api.exec_create(
+                self.container.id, wrapped, stdout=True, stderr=True, user=user,
+                workdir=workdir or "/", environment={"PYTHONDONTWRITEBYTECODE": "1"},
+            )["Id"]
+            raw = self.client.api.exec_start(exec_id)
+            code = self.client.api.exec_inspect(exec_id).get("ExitCode")
+        except docker.errors.APIError as exc:
+            return -1, f"docker exec failed: {exc.explanation or exc}"
+        text = OutputCollector(self.config.output_limit)
+        text.feed(raw if isinstance(raw, bytes) else b"")
+        return (code if code is not None else -1), text.finish()
+
+    def put_files(self, dest_dir: str, files: dict[str, bytes], mode: int = 0o644) -> None:
+        """Copy ``files`` (relative name -> bytes) into ``dest_dir`` as root-owned files."""
+        assert self.container is not None
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            dirs: set[str] = set()
+            for name, data in files.items():
+                parts = name.split("/")[:-1]
+                for i in range(1, len(parts) + 1):
+                    d = "/".join(parts[:i])
+                    if d not in dirs:
+                        dirs.add(d)
+                        info = tarfile.TarInfo(d)
+                        info.type = tarfile.DIRTYPE
+                        info.mode = 0o755
+                        tar.addfile(info)
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                info.mode = 0o755 if name.endswith(".sh") else mode
+                tar.addfile(info, io.BytesIO(data))
+        buf.seek(0)
+        self.exec_root(["mkdir", "-p", "-m", "755", dest_dir], timeout=10)
+        if not self.container.put_archive(dest_dir, buf.getvalue()):
+            raise SandboxError(f"{self.task_id}: could not copy files to {dest_dir}")
