@@ -12,4 +12,13 @@ from .engine import Simulation, simulate
 from .metrics import summarize
 from .trace import Trace
 
-__all__ = ["ConfigError", "Scenario", "Simulation", "Trace", "load_scenario", "simulate", "summarize", "validate"]
+__all__ = [
+    "ConfigError",
+    "Scenario",
+    "Simulation",
+    "Trace",
+    "load_scenario",
+    "simulate",
+    "summarize",
+    "validate",
+]

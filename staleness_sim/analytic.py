@@ -43,8 +43,12 @@ def expected_max_exponential(mean: float, n: int) -> float:
     return mean * harmonic(n)
 
 
-def sync_results_per_second(expected_max_duration: float, cohort: int, update_seconds: float = 0.0,
-                            sync_seconds: float = 0.0) -> float:
+def sync_results_per_second(
+    expected_max_duration: float,
+    cohort: int,
+    update_seconds: float = 0.0,
+    sync_seconds: float = 0.0,
+) -> float:
     """Synchronous throughput for G >= N: one round = slowest of N jobs + update + sync."""
     return cohort / (expected_max_duration + update_seconds + sync_seconds)
 

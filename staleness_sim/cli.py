@@ -33,8 +33,14 @@ USER_ERRORS = (ConfigError, TraceError, FileNotFoundError, ValueError)
 def _add_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", help="scenario YAML file")
     _add_set(p)
-    p.add_argument("--out", type=Path, help="write jobs/updates/workers.parquet, meta.json and summary.json here")
-    p.add_argument("--json", action="store_true", help="print exactly one JSON object (the summary) on stdout")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="write jobs/updates/workers.parquet, meta.json and summary.json here",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print exactly one JSON object (the summary) on stdout"
+    )
 
 
 def _add_set(p: argparse.ArgumentParser) -> None:
@@ -132,8 +138,12 @@ def compare_table(scenarios: list[Scenario]) -> pd.DataFrame:
     base = {}
     for _, r in table.iterrows():
         if r["G"] not in base or r["policy"] == "sync":
-            base[r["G"]] = r["hours"] if r["policy"] == "sync" or r["G"] not in base else base[r["G"]]
-    table["speedup"] = [base[g] / h if h > 0 else math.nan for g, h in zip(table["G"], table["hours"], strict=True)]
+            base[r["G"]] = (
+                r["hours"] if r["policy"] == "sync" or r["G"] not in base else base[r["G"]]
+            )
+    table["speedup"] = [
+        base[g] / h if h > 0 else math.nan for g, h in zip(table["G"], table["hours"], strict=True)
+    ]
     return table
 
 
@@ -181,8 +191,13 @@ def format_table(table: pd.DataFrame) -> str:
 
 
 def _add_fit(p: argparse.ArgumentParser) -> None:
-    p.add_argument("data", type=Path, help="CSV or Parquet file of measured durations, or a trace folder")
-    p.add_argument("--column", help="column of durations (default: the only numeric column; for a trace, job durations)")
+    p.add_argument(
+        "data", type=Path, help="CSV or Parquet file of measured durations, or a trace folder"
+    )
+    p.add_argument(
+        "--column",
+        help="column of durations (default: the only numeric column; for a trace, job durations)",
+    )
     p.add_argument("--criterion", choices=("aic", "bic"), default="aic")
     p.add_argument("--plot", type=Path, help="write a goodness-of-fit figure (PNG) here")
     p.add_argument("--json", action="store_true")
@@ -205,7 +220,9 @@ def _fit(args: argparse.Namespace) -> int:
         result.plot(args.plot)
     best = result.best.model_dump(exclude_none=True)
     if args.json:
-        print(json.dumps({"best": best, "table": json.loads(result.table.to_json(orient="records"))}))
+        print(
+            json.dumps({"best": best, "table": json.loads(result.table.to_json(orient="records"))})
+        )
     else:
         print(result.table.to_string(index=False))
         print(f"\nbest by {args.criterion.upper()}: {json.dumps(best)}")
@@ -214,12 +231,22 @@ def _fit(args: argparse.Namespace) -> int:
 
 # -- entry point ----------------------------------------------------------------------
 
-COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
+COMMANDS: dict[
+    str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
+] = {
     "run": ("simulate one scenario", _add_run, _run),
     "compare": ("simulate several scenarios side by side (the main job)", _add_compare, _compare),
     "fit": ("fit a duration model to measured durations by maximum likelihood", _add_fit, _fit),
-    "sweep": ("run a sweep of scenarios in parallel, resumably", add_sweep_arguments, sweep_command),
-    "report": ("write a report (Markdown, HTML, PNG figures) of a sweep", add_report_arguments, report_command),
+    "sweep": (
+        "run a sweep of scenarios in parallel, resumably",
+        add_sweep_arguments,
+        sweep_command,
+    ),
+    "report": (
+        "write a report (Markdown, HTML, PNG figures) of a sweep",
+        add_report_arguments,
+        report_command,
+    ),
 }
 
 

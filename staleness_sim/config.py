@@ -49,7 +49,7 @@ class UnboundedPolicy(_Strict):
 
 
 PolicySpec = Annotated[
-    Union[SyncPolicy, BoundedPolicy, ControlledDelayPolicy, UnboundedPolicy],
+    SyncPolicy | BoundedPolicy | ControlledDelayPolicy | UnboundedPolicy,
     Field(discriminator="kind"),
 ]
 

@@ -50,7 +50,9 @@ class DurationStream:
     see common random numbers.
     """
 
-    def __init__(self, job, rng: np.random.Generator, first_block: int = 256, max_block: int = 16384):
+    def __init__(
+        self, job, rng: np.random.Generator, first_block: int = 256, max_block: int = 16384
+    ):
         self.job, self._rng = job, rng
         self._values = np.empty(0)
         self._block, self._max_block = first_block, max_block
@@ -96,7 +98,9 @@ class Counters:
 
 
 class Simulation:
-    def __init__(self, scenario: Scenario, job=None, on_commit: Callable[[int], None] | None = None):
+    def __init__(
+        self, scenario: Scenario, job=None, on_commit: Callable[[int], None] | None = None
+    ):
         self.scenario = scenario
         self.durations = duration_stream(scenario, job)
         self.job = self.durations.job
@@ -131,7 +135,9 @@ class Simulation:
             start: Start = yield ticket
             job, version = start.job_id, start.version
             self.rec.dispatch(job, w, seed=job, version=version, time=env.now)
-            ready = max(env.now, self._available[version]) + self.scenario.sync_seconds * (version - synced)
+            ready = max(env.now, self._available[version]) + self.scenario.sync_seconds * (
+                version - synced
+            )
             synced = version
             if ready > env.now:
                 self._set_state(w, "syncing")
@@ -165,7 +171,9 @@ class Simulation:
 
     def _land(self, job: int) -> None:
         verdict = self.policy.on_result(job)
-        self.rec.set_job(job, completion_version=self.policy.version, lag=verdict.lag, reason=verdict.reason)
+        self.rec.set_job(
+            job, completion_version=self.policy.version, lag=verdict.lag, reason=verdict.reason
+        )
         if isinstance(verdict, Accept):
             self.rec.set_job(job, verdict="accepted")
         elif isinstance(verdict, Discard):
@@ -188,8 +196,14 @@ class Simulation:
         self.counters.accepted += cohort.size
         self.counters.commits += 1
         lags = np.asarray(cohort.lags)
-        self.rec.update(version=cohort.version, time=applied, commit_time=now, cohort_size=cohort.size,
-                        mean_lag=float(lags.mean()), max_lag=int(lags.max()))
+        self.rec.update(
+            version=cohort.version,
+            time=applied,
+            commit_time=now,
+            cohort_size=cohort.size,
+            mean_lag=float(lags.mean()),
+            max_lag=int(lags.max()),
+        )
         for job in cohort.cancel:
             self.policy.on_cancel(job)
             why = f"cancelled at version {cohort.version}: would exceed the bound"

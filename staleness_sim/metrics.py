@@ -44,7 +44,10 @@ def state_fractions(trace: Trace) -> dict[str, float]:
     w = trace.workers
     total = float((w["end"] - w["start"]).sum())
     by_state = (w["end"] - w["start"]).groupby(w["state"]).sum()
-    return {s: (float(by_state.get(s, 0.0)) / total if total > 0 else 0.0) for s in ("busy", "idle", "syncing")}
+    return {
+        s: (float(by_state.get(s, 0.0)) / total if total > 0 else 0.0)
+        for s in ("busy", "idle", "syncing")
+    }
 
 
 def time_to_updates(trace: Trace, k: int) -> float:

@@ -285,7 +285,9 @@ class BoundedStaleness(Policy):
         if max_lag < 0:
             raise ValueError(f"max_lag must be >= 0, got {max_lag}")
         if on_stale not in self.ON_STALE:
-            raise ValueError(f"on_stale must be one of {', '.join(self.ON_STALE)}, got {on_stale!r}")
+            raise ValueError(
+                f"on_stale must be one of {', '.join(self.ON_STALE)}, got {on_stale!r}"
+            )
         self.max_lag = max_lag
         self.on_stale = on_stale
 

@@ -67,13 +67,21 @@ def run_batch(batch: Batch) -> list[dict[str, Any]]:
     return [result_row(key, scenario) for key, scenario in batch]
 
 
-def summary_of_row(row: pd.Series | dict[str, Any]) -> dict[str, Any]:
-    """Back from a results row to the ``run --json`` object (as parsed JSON)."""
-    from .metrics import SUMMARY_KEYS
+ADDED_COLUMNS = ("point", "policy_label", "policy_kind", "scenario", "key")
 
+
+def summary_of_row(row: pd.Series | dict[str, Any]) -> dict[str, Any]:
+    """Back from a results row to the ``run --json`` object, as ``json.loads`` would read it.
+
+    A row is: point, axis columns, seed, then the summary's keys, then ADDED_COLUMNS.
+    """
     row = dict(row)
-    out = {k: row[k] for k in ("name", "seed", *SUMMARY_KEYS)}
-    out["lag_hist"] = json.loads(out["lag_hist"])
+    names = list(row)
+    summary_cols = [c for c in names[names.index("seed") :] if c not in ADDED_COLUMNS]
+    out = {k: row[k] for k in ["name", *(c for c in summary_cols if c != "name")]}
+    for k, v in out.items():
+        if isinstance(v, str) and k.endswith("lag_hist"):
+            out[k] = json.loads(v)
     return json.loads(json.dumps(out, default=_plain))
 
 

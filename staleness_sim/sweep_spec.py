@@ -1,4 +1,4 @@
-"""Sweep files: a base scenario, ``grid`` axes (cartesian), ``zip`` axes (varied together),
+"""Sweep files: a base scenario (plus fixed ``set`` overrides), ``grid`` axes (cartesian), ``zip`` axes (varied together),
 ``seeds`` (replicates). Parsing, validation of every point, and expansion into runs.
 
 Everything here happens before anything runs or is written, so a bad sweep file costs
@@ -19,7 +19,7 @@ from typing import Any
 from .config import ConfigError, read_yaml, scenario_dict, validate, with_overrides
 
 MAX_RUNS = 100_000  # more than this needs --yes
-SWEEP_KEYS = ("name", "base", "grid", "zip", "seeds")
+SWEEP_KEYS = ("name", "base", "set", "grid", "zip", "seeds")
 
 
 @dataclass(frozen=True)
@@ -144,6 +144,10 @@ def parse_sweep(data: dict[str, Any], source: str = "sweep", folder: str | Path 
     if "base" not in data:
         raise ConfigError(f"{source}: base: required (a scenario mapping or a path to one)")
     base = _resolve_base(data["base"], source, Path(folder))
+    fixed = data.get("set") or {}  # overrides applied to the base before the axes
+    if not isinstance(fixed, dict):
+        raise ConfigError(f"{source}: set: expected a mapping of dotted key -> value")
+    base = with_overrides(base, fixed)
     grid = _axes(data.get("grid", {}), "grid", source)
     zips = _zips(data.get("zip"), source)
     seen: set[str] = set()

@@ -65,8 +65,14 @@ class Trace:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         for name in ("jobs", "updates", "workers"):
-            _atomic(folder / f"{name}.parquet", lambda p, n=name: getattr(self, n).to_parquet(p, index=False))
-        _atomic(folder / "meta.json", lambda p: p.write_text(json.dumps(self.meta, indent=2, default=str)))
+            _atomic(
+                folder / f"{name}.parquet",
+                lambda p, n=name: getattr(self, n).to_parquet(p, index=False),
+            )
+        _atomic(
+            folder / "meta.json",
+            lambda p: p.write_text(json.dumps(self.meta, indent=2, default=str)),
+        )
         return folder
 
     @classmethod
@@ -89,10 +95,14 @@ class Trace:
                 raise TraceError(f"{name} table lacks column(s): {', '.join(missing)}")
         bad = set(self.jobs["verdict"].dropna()) - set(VERDICTS)
         if bad:
-            raise TraceError(f"jobs.verdict has unknown value(s) {sorted(bad)}; allowed: {VERDICTS}")
+            raise TraceError(
+                f"jobs.verdict has unknown value(s) {sorted(bad)}; allowed: {VERDICTS}"
+            )
         bad = set(self.workers["state"].dropna()) - set(WORKER_STATES)
         if bad:
-            raise TraceError(f"workers.state has unknown value(s) {sorted(bad)}; allowed: {WORKER_STATES}")
+            raise TraceError(
+                f"workers.state has unknown value(s) {sorted(bad)}; allowed: {WORKER_STATES}"
+            )
 
 
 def _read_table(folder: Path, name: str) -> pd.DataFrame:
@@ -122,7 +132,20 @@ class TraceRecorder:
     def dispatch(self, job_id: int, worker: int, seed: int, version: int, time: float) -> None:
         if job_id != len(self.jobs["job_id"]):
             raise ValueError(f"job ids must be dispatched in order: got {job_id}")
-        row = (job_id, worker, seed, version, time, None, None, None, "cancelled", None, None, "never finished")
+        row = (
+            job_id,
+            worker,
+            seed,
+            version,
+            time,
+            None,
+            None,
+            None,
+            "cancelled",
+            None,
+            None,
+            "never finished",
+        )
         for column, value in zip(self._job_lists, row, strict=True):
             column.append(value)
 
