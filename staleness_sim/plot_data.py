@@ -41,6 +41,17 @@ class SweepData:
             return frame[dotted]
         return frame["scenario"].map(lambda s: _get(json.loads(s), dotted))
 
+    def policies(self, frame: pd.DataFrame | None = None) -> dict[str, Any]:
+        """Seaborn hue_order (the labels present in ``frame``) and palette for
+        ``policy_label``; colours are the same in every figure."""
+        from .plots import policy_style
+
+        style = policy_style(self.results["policy_label"])
+        if frame is not None:
+            present = set(frame["policy_label"])
+            style["hue_order"] = [p for p in style["hue_order"] if p in present]
+        return style
+
     def varying(self, dotted: str) -> bool:
         return self.field(dotted).astype(str).nunique() > 1
 

@@ -37,6 +37,22 @@ def load(folder: str | Path) -> SweepData:
     return SweepData(results, lags, axes, info.get("base", {}))
 
 
+def policy_style(labels) -> dict:
+    """hue_order and palette for policy labels, the same in every figure: sync first, then
+    by kind and bound."""
+    rank = {"sync": 0, "bounded": 1, "controlled_delay": 2, "unbounded": 3}
+
+    def key(label: str) -> tuple:
+        kind = label.split("(")[0].split("+")[0]
+        kind = "controlled_delay" if kind == "delay" else kind
+        digits = "".join(ch if ch.isdigit() else " " for ch in label).split()
+        return (rank.get(kind, 9), [int(d) for d in digits], label)
+
+    order = sorted(dict.fromkeys(labels), key=key)
+    colors = sns.color_palette("tab10", n_colors=max(10, len(order)))
+    return {"hue_order": order, "palette": dict(zip(order, colors, strict=False))}
+
+
 def _title(fig: Figure, text: str, held: str) -> None:
     fig.suptitle(text + (f"\n(at {held})" if held else ""), fontsize=11)
 
@@ -47,7 +63,7 @@ def throughput_vs_workers(data: SweepData) -> Figure:
     df, held = data.slice(("workers", *data.policy_axes()))
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2)
-    kw = dict(x="workers", hue="policy_label", marker="o", errorbar="sd")
+    kw = dict(x="workers", hue="policy_label", marker="o", errorbar="sd", **data.policies(df))
     sns.lineplot(df, y="updates_per_hour", ax=ax1, **kw)
     sns.lineplot(df, y="worker_idle_fraction", ax=ax2, legend=False, **kw)
     for ax in (ax1, ax2):
@@ -64,18 +80,33 @@ def throughput_vs_workers(data: SweepData) -> Figure:
 def lag_distributions(data: SweepData) -> Figure:
     if data.lag_hists is None or data.lag_hists.empty:
         raise Skip("no lag histograms (lag_hists.parquet)")
-    df, held = data.slice(data.policy_axes())
-    lags = data.lag_hists.merge(df[["key", "policy_label"]], on="key")
-    per = lags.groupby(["policy_label", "lag"], as_index=False)["count"].sum()
-    per["fraction"] = per["count"] / per.groupby("policy_label")["count"].transform("sum")
-    fig = Figure(figsize=(8, 4.2), layout="constrained")
-    ax = fig.subplots()
-    sns.barplot(per, x="lag", y="fraction", hue="policy_label", ax=ax)
-    ax.set_yscale("log")
-    ax.set_xlabel("lag of accepted results (updates)")
-    ax.set_ylabel("fraction of accepted results")
-    ax.legend(title="policy", fontsize=8)
-    _title(fig, "Lag distribution per policy (all seeds pooled)", held)
+    df, held = data.slice(("workers", *data.policy_axes()))
+    lags = data.lag_hists.merge(df[["key", "workers", "policy_label"]], on="key")
+    per = lags.groupby(["workers", "policy_label", "lag"], as_index=False)["count"].sum()
+    total = per.groupby(["workers", "policy_label"])["count"].transform("sum")
+    per["fraction"] = per["count"] / total
+    workers = sorted(per["workers"].unique())
+    fig = Figure(figsize=(3.2 * len(workers) + 2.5, 4.2), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(workers), sharey=True))
+    style = data.policies(per)
+    for i, (ax, g) in enumerate(zip(axes, workers, strict=True)):
+        part = per[per["workers"] == g]
+        sns.barplot(
+            part,
+            x="lag",
+            y="fraction",
+            hue="policy_label",
+            ax=ax,
+            legend=i == len(workers) - 1,
+            **style,
+        )
+        ax.set_yscale("log")
+        ax.set_title(f"G = {g}")
+        ax.set_xlabel("lag (updates)")
+    axes[0].set_ylabel("fraction of accepted results")
+    if axes[-1].get_legend():
+        sns.move_legend(axes[-1], "upper left", bbox_to_anchor=(1, 1), title="policy", fontsize=8)
+    _title(fig, "Lag of accepted results per policy (all seeds pooled)", held)
     return fig
 
 
@@ -98,6 +129,7 @@ def speedup_vs_tail(data: SweepData) -> Figure:
             errorbar="sd",
             ax=ax,
             legend=i == len(workers) - 1,
+            **data.policies(sp),
         )
         ax.axhline(1.0, color="grey", lw=1, ls="--")
         ax.set_title(f"G = {g}" if g is not None else "")
@@ -159,7 +191,14 @@ def frontier(data: SweepData) -> Figure:
     for i, (ax, g) in enumerate(zip(axes, workers, strict=True)):
         part = means[means["workers"] == g]
         sns.scatterplot(
-            part, x="mean_lag", y=y, hue="policy_label", s=60, ax=ax, legend=i == len(workers) - 1
+            part,
+            x="mean_lag",
+            y=y,
+            hue="policy_label",
+            s=60,
+            ax=ax,
+            legend=i == len(workers) - 1,
+            **data.policies(means),
         )
         idx = pareto(part["mean_lag"].to_numpy(), part[y].to_numpy())
         front = part.iloc[idx]
