@@ -129,10 +129,14 @@ class Simulation:
         env, synced = self.env, 0
         while not self._finished:
             self._set_state(w, "idle")
-            ticket = env.event()
-            self._queue.append((w, ticket))
-            self._pump()
-            start: Start = yield ticket
+            # Fast path: with nobody ahead in the queue, ask the policy directly instead of
+            # through a ticket event (same decision, one SimPy step fewer per job).
+            start = None if self._queue else self.policy.on_idle(w)
+            if not isinstance(start, Start):
+                ticket = env.event()
+                self._queue.append((w, ticket))
+                self._pump()
+                start = yield ticket
             job, version = start.job_id, start.version
             self.rec.dispatch(job, w, seed=job, version=version, time=env.now)
             ready = max(env.now, self._available[version]) + self.scenario.sync_seconds * (
