@@ -7,6 +7,7 @@ catches up by regenerating noise from seeds instead of receiving weights.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from numbers import Integral
 from typing import Any
 
 from runner.es.noise import check_seed
@@ -36,15 +37,14 @@ class Result:
             raise ValueError(
                 f"a result must be (seed, reward, dispatch_version[, sign]) or a Result, got {item!r}"
             )
-        check_seed(r.seed)
         if r.sign not in (1, -1):
             raise ValueError(f"result sign must be +1 or -1, got {r.sign!r}")
-        if isinstance(r.dispatch_version, bool) or not isinstance(r.dispatch_version, int):
+        if isinstance(r.dispatch_version, bool) or not isinstance(r.dispatch_version, Integral):
             raise ValueError(f"dispatch_version must be an integer, got {r.dispatch_version!r}")
         reward = float(r.reward)
         if reward != reward or reward in (float("inf"), float("-inf")):
             raise ValueError(f"reward of seed {r.seed} is not finite: {r.reward!r}")
-        return cls(int(r.seed), reward, r.dispatch_version, r.sign)
+        return cls(check_seed(r.seed), reward, int(r.dispatch_version), int(r.sign))
 
 
 @dataclass(frozen=True)

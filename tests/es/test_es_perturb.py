@@ -86,3 +86,22 @@ def test_flat_parameter_vector_module():
     with opt.perturbed(0):
         assert model.theta.abs().max() > 0
     assert torch.count_nonzero(model.theta) == 0
+
+
+def test_extra_memory_is_one_chunk_per_thread(two_tensors):
+    opt = ESOptimizer(two_tensors(), noise_block=256, chunk_size=512, threads=2)
+    with opt.perturbed(0):
+        pass
+    assert opt.workspace_bytes == 2 * 512 * 4  # one noise chunk per thread
+    opt.step([(1, 1.0, 0), (2, 0.0, 0)])
+    assert opt.workspace_bytes == 2 * 2 * 512 * 4  # plus one accumulator chunk per thread
+    opt.close()
+
+
+def test_callers_torch_thread_count_is_untouched(two_tensors):
+    before = torch.get_num_threads()
+    opt = ESOptimizer(two_tensors(), **SMALL)
+    with opt.perturbed(0):
+        pass
+    opt.step([(1, 1.0, 0)])
+    assert torch.get_num_threads() == before

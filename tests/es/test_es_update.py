@@ -214,3 +214,14 @@ def test_bf16_master_keeps_the_updates_a_naive_in_place_update_loses(ref_noise, 
     # Even summing the update first, rounding each update into bf16 loses a large part.
     assert figures["naive_per_update_unchanged_per_add"] > 0.1
     assert figures["naive_per_update_rel_error"] > 0.1
+
+
+def test_numpy_scalars_are_accepted_as_seeds_rewards_and_versions():
+    opt = ESOptimizer(torch.nn.Linear(2, 2), alpha=1.0)
+    rec = opt.step(
+        [(np.int64(5), np.float32(1.0), np.int64(0)), (np.uint32(6), np.float64(0.0), 0)]
+    )
+    z = 0.5 / (0.5 + 1e-8)  # rewards 1 and 0: mean 0.5, population std 0.5
+    assert [s for s, _ in rec.entries] == [5, 6]
+    assert [c for _, c in rec.entries] == pytest.approx([0.5 * z, -0.5 * z], rel=1e-15)
+    assert all(type(s) is int and type(c) is float for s, c in rec.entries)

@@ -1,0 +1,235 @@
+"""Speed and memory of the ES core (runner.es) against two ceilings measured in the same run.
+
+Ceilings:
+  * randn: ``torch.randn(out=x)`` into one large preallocated fp32 tensor (the raw Gaussian
+    generation rate; on CPU one mt19937 stream, single-threaded);
+  * copy: ``y.copy_(x)`` of a large preallocated fp32 tensor, reported as tensor bytes per
+    second (the memory traffic is twice that: one read, one write).
+
+Throughputs are in GB/s of fp32 parameters (4 bytes x parameters handled per second), the
+unit the noise is generated in, so "ratio to randn" says how close a pass comes to the cost
+of generating its noise. An update of a cohort of N seeds regenerates N noise tensors, so
+its rate is given per seed (N x 4 x params / s).
+
+Peak extra memory: on CPU, the process's peak RSS (VmHWM, reset through
+/proc/self/clear_refs) during the call minus the RSS before it; on CUDA,
+torch.cuda.max_memory_allocated minus the allocated bytes before it. The first call after a
+reset allocates the optimizer's workspace, so it is included. Page-granular (4 KiB) on CPU.
+
+Usage: python benchmarks/bench_es.py [--params 33554432] [--dtype bfloat16] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import gc
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
+from runner.es import DEFAULT_BLOCK, DEFAULT_CHUNK, ESOptimizer  # noqa: E402
+
+
+class Blocks(torch.nn.Module):
+    """An LLM-like set of tensors: a few big matrices and some small vectors."""
+
+    def __init__(self, params: int, dtype: torch.dtype, device: str, n_mat: int = 8) -> None:
+        super().__init__()
+        side = int((params // n_mat) ** 0.5)
+        g = torch.Generator(device=device).manual_seed(0)
+        self.mats = torch.nn.ParameterList(
+            torch.nn.Parameter(
+                (0.02 * torch.randn(side, side, generator=g, device=device)).to(dtype)
+            )
+            for _ in range(n_mat)
+        )
+        self.norms = torch.nn.ParameterList(
+            torch.nn.Parameter(torch.ones(side, dtype=dtype, device=device)) for _ in range(n_mat)
+        )
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def timed(fn: Callable[[], object], device: str, repeats: int) -> float:
+    """Best wall time of ``repeats`` calls after one warm-up call (the minimum is the least
+    disturbed by other processes sharing the cores)."""
+    fn()
+    sync(device)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def _rss_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def peak_extra_bytes(fn: Callable[[], object], device: str) -> int:
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fn()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - before
+    Path("/proc/self/clear_refs").write_text("5")  # reset the peak RSS to the current RSS
+    before = _rss_kib("VmRSS")
+    fn()
+    return (_rss_kib("VmHWM") - before) * 1024
+
+
+def fix_malloc_threshold() -> None:
+    """Make glibc return every freed allocation >= 64 KiB to the OS at once.
+
+    By default glibc raises its mmap threshold after large frees and then serves later
+    buffers from already-resident heap pages, which would hide them from an RSS peak.
+    """
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6").mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD
+
+
+def ceilings(device: str, numel: int, block: int, repeats: int) -> tuple[float, float, float]:
+    """randn into one large tensor, randn of one noise block (cache-resident), large copy."""
+    x = torch.empty(numel, device=device)
+    y = torch.empty(numel, device=device)
+    gen = torch.Generator(device=device).manual_seed(0)
+    y.fill_(0.0)
+    t_randn = timed(
+        lambda: torch.randn(numel, generator=gen, device=device, out=x), device, repeats
+    )
+    xb = x[:block]
+    reps = max(1, numel // block)
+
+    def blocks() -> None:
+        for _ in range(reps):
+            torch.randn(block, generator=gen, device=device, out=xb)
+
+    t_block = timed(blocks, device, repeats)
+    t_copy = timed(lambda: y.copy_(x), device, repeats)
+    return 4 * numel / t_randn / 1e9, 4 * block * reps / t_block / 1e9, 4 * numel / t_copy / 1e9
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--params", type=int, default=2**25, help="model parameters (default 33.5M)")
+    ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16", "float16"])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=1, help="ESOptimizer chunk threads")
+    ap.add_argument("--chunk", type=int, default=DEFAULT_CHUNK, help="chunk size in elements")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--cohorts", default="1,4,8", help="cohort sizes N for the update scaling")
+    args = ap.parse_args()
+    dtype = getattr(torch, args.dtype)
+    dev = args.device
+    fix_malloc_threshold()
+
+    randn_gbs, block_gbs, copy_gbs = ceilings(dev, args.params, DEFAULT_BLOCK, args.repeats)
+    model = Blocks(args.params, dtype, dev)
+    opt = ESOptimizer(model, chunk_size=args.chunk, threads=args.threads, hash_base=False)
+    p = opt.num_parameters
+    model_bytes = sum(t.numel() * t.element_size() for t in model.parameters())
+    fp32_gb = 4 * p / 1e9
+
+    # Peak memory first, on a fresh optimizer state (workspace not yet allocated).
+    ctx = opt.perturbed(1)
+    peak_perturb = peak_extra_bytes(ctx.__enter__, dev)
+    peak_restore = peak_extra_bytes(lambda: ctx.__exit__(None, None, None), dev)
+    cohort = [(s, float(s % 7), 0) for s in range(8)]
+    peak_update = peak_extra_bytes(lambda: opt.apply(opt.make_update(cohort)), dev)
+
+    ctx_holder: list = []
+
+    def perturb() -> None:
+        c = opt.perturbed(2)
+        c.__enter__()
+        ctx_holder.append(c)
+
+    def restore() -> None:
+        ctx_holder.pop().__exit__(None, None, None)
+
+    t_perturb = timed(lambda: (perturb(), restore()), dev, args.repeats)
+    perturb()
+    t_restore = timed(opt._sync_working, dev, args.repeats)
+    restore()
+    t_perturb -= t_restore  # the pair minus a restore: the perturb alone
+
+    ns = [int(n) for n in args.cohorts.split(",")]
+    t_update = {}
+    for n in ns:
+        coh = [(1000 + s, float(s % 5), opt.version) for s in range(n)]
+        rec = opt.make_update(coh)
+        t_update[n] = timed(lambda rec=rec: opt._apply_entries(rec.entries), dev, args.repeats)
+
+    # Size scaling: the same update (N = max) on a model with a quarter of the parameters.
+    small = ESOptimizer(Blocks(args.params // 4, dtype, dev), chunk_size=args.chunk,
+                        threads=args.threads, hash_base=False)  # fmt: skip
+    nmax = max(ns)
+    rec = small.make_update([(1000 + s, float(s % 5), 0) for s in range(nmax)])
+    t_small = timed(lambda: small._apply_entries(rec.entries), dev, args.repeats)
+
+    def line(name: str, gbs: float) -> str:
+        return f"  {name:<22} {gbs:7.3f} GB/s   {gbs / randn_gbs:6.2f} x randn   {gbs / copy_gbs:6.3f} x copy"
+
+    print(f"device={dev} dtype={args.dtype} params={p / 1e6:.1f}M ({model_bytes / 2**20:.0f} MiB "
+          f"working, {4 * p / 2**20:.0f} MiB fp32 master) chunk={args.chunk} threads={args.threads} "
+          f"torch_threads={torch.get_num_threads()}")  # fmt: skip
+    print(f"ceilings: randn {randn_gbs:.3f} GB/s, copy {copy_gbs:.3f} GB/s "
+          f"(randn = {randn_gbs / copy_gbs:.3f} x copy); randn of one {DEFAULT_BLOCK}-element "
+          f"block (cache-resident, what the optimizer calls) {block_gbs:.3f} GB/s")  # fmt: skip
+    print("throughput (GB/s of fp32 parameters; update: per seed, N x params):")
+    print(line("perturb", fp32_gb / t_perturb))
+    print(line("restore", fp32_gb / t_restore))
+    for n in ns:
+        print(line(f"update N={n}", n * fp32_gb / t_update[n]))
+    per = {n: t_update[n] / (n * p) * 1e9 for n in ns}
+    print("update cost: " + ", ".join(f"N={n}: {t_update[n]:.3f} s" for n in ns)
+          + "; ns per (seed x param): " + ", ".join(f"{per[n]:.2f}" for n in ns))  # fmt: skip
+    print(f"  size scaling at N={nmax}: {p / 4 / 1e6:.1f}M params {t_small:.3f} s vs "
+          f"{p / 1e6:.1f}M params {t_update[nmax]:.3f} s (ratio {t_update[nmax] / t_small:.2f}, "
+          f"linear would be {p / small.num_parameters:.2f})")  # fmt: skip
+    print("  => update time ~ N x params / (noise rate): linear in N and in model size")
+    if args.threads == 1 and dev == "cpu":
+        two = ESOptimizer(model, chunk_size=args.chunk, threads=2, hash_base=False)
+        t2p = timed(lambda: two._write_perturbed(3, 0.0015), dev, args.repeats)
+        rec = two.make_update([(1000 + s, float(s % 5), 0) for s in range(nmax)])
+        t2u = timed(lambda: two._apply_entries(rec.entries), dev, args.repeats)
+        two._sync_working()
+        two.close()
+        print(f"  threads=2: perturb (write only) {fp32_gb / t2p:.3f} GB/s = {fp32_gb / t2p / randn_gbs:.2f} "
+              f"x randn; update N={nmax} {nmax * fp32_gb / t2u:.3f} GB/s = "
+              f"{nmax * fp32_gb / t2u / randn_gbs:.2f} x randn")  # fmt: skip
+    print("peak extra memory (bytes above the model + master before the call):")
+    for name, b in [
+        ("perturb", peak_perturb),
+        ("restore", peak_restore),
+        ("update N=8", peak_update),
+    ]:
+        print(f"  {name:<11} {b / 2**20:8.2f} MiB = {b / model_bytes:.4f} x model "
+              f"({b / (4 * args.chunk):.2f} fp32 chunks)")  # fmt: skip
+    print(f"  optimizer workspace: {opt.workspace_bytes / 2**20:.2f} MiB "
+          f"(noise chunk + accumulator chunk per thread)")  # fmt: skip
+    opt.close()
+    small.close()
+
+
+if __name__ == "__main__":
+    main()
