@@ -192,9 +192,9 @@ class Sandbox:
         t0 = time.perf_counter()
         reaper.reap_orphans_once(self.client)
         lim, cfg = self.limits, self.config
-        tmpfs = {"/tmp": f"size={cfg.tmp_size_mb}m,mode=1777", "/var/tmp": "size=64m,mode=1777"}
+        tmpfs = {"/tmp": f"size={cfg.tmp_size_mb}m,mode=1777,exec", "/var/tmp": "size=64m,mode=1777,exec"}
         if self.home_tmpfs:
-            tmpfs["/home/user"] = f"size={min(lim.storage_mb, cfg.home_size_mb)}m,mode=0755"
+            tmpfs["/home/user"] = f"size={min(lim.storage_mb, cfg.home_size_mb)}m,mode=0755,exec"
         try:
             self.container = self.client.containers.create(
                 self.image,

@@ -1,0 +1,205 @@
+"""Run episodes: build/reuse the image, start a sandbox, talk to the agent, verify.
+
+Many episodes run at once on threads (the docker SDK is blocking; each episode spends
+nearly all its time waiting on the engine or the agent). Ctrl-C cancels queued episodes
+and removes every live container before re-raising.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+
+import docker
+
+from runner.terminal import reaper
+from runner.terminal.errors import TerminalError
+from runner.terminal.images import ImageBuilder, ImageConfig
+from runner.terminal.protocol import (
+    PARSE_ERROR_OBSERVATION,
+    SYSTEM_PROMPT,
+    Agent,
+    Message,
+    observation,
+    parse_action,
+)
+from runner.terminal.sandbox import Sandbox, SandboxConfig
+from runner.terminal.task import Task
+from runner.terminal.verifier import check_initial, verify_final
+
+ABORT = threading.Event()  # set on Ctrl-C: running episodes stop at their next turn
+
+
+@dataclass
+class EpisodeConfig:
+    max_turns: int = 16
+    command_timeout_s: float = 10.0
+    episode_timeout_s: float = 300.0
+    check_initial: bool = False  # run test_initial_state.py before the agent starts
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+
+
+@dataclass
+class Turn:
+    index: int
+    action: str  # command | done | parse_error
+    command: str
+    observation: str
+    exit_code: int | None
+    timed_out: bool
+    duration_s: float
+    assistant: str = ""
+
+
+@dataclass
+class EpisodeRecord:
+    task_id: str
+    reward: float = 0.0
+    passed: bool = False
+    initial_ok: bool | None = None
+    turns: int = 0
+    done: bool = False  # the agent said done (rather than running out of turns/time)
+    timed_out: bool = False
+    error: str | None = None
+    verifier_exit_code: int | None = None
+    verifier_output: str = ""
+    initial_output: str = ""
+    image: str = ""
+    build_s: float = 0.0
+    start_s: float = 0.0
+    agent_s: float = 0.0
+    verify_s: float = 0.0
+    duration_s: float = 0.0
+    transcript: list[Turn] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+
+def make_client(pool: int = 64) -> docker.DockerClient:
+    """A client whose timeout outlasts long verifier runs and whose pool fits many threads."""
+    return docker.from_env(timeout=900, max_pool_size=pool)
+
+
+def initial_messages(task: Task) -> list[Message]:
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task.instruction}]
+
+
+def run_episode(
+    task: Task,
+    agent: Agent,
+    *,
+    client: docker.DockerClient,
+    builder: ImageBuilder | None = None,
+    config: EpisodeConfig | None = None,
+) -> EpisodeRecord:
+    """One episode; failures of the task or engine land in ``record.error`` (reward 0)."""
+    config = config or EpisodeConfig()
+    builder = builder or ImageBuilder(client)
+    record = EpisodeRecord(task_id=task.task_id)
+    t0 = time.perf_counter()
+    try:
+        built = builder.ensure(task)
+        record.image, record.build_s = built.tag, built.seconds
+        with Sandbox(client, built.tag, task_id=task.task_id, limits=task.limits,
+                     config=config.sandbox, user=task.agent_user, workdir=task.workdir,
+                     home_tmpfs=task.home_tmpfs) as sandbox:
+            record.start_s = sandbox.start_s
+            if config.check_initial:
+                init = check_initial(sandbox, task)
+                if init is not None:
+                    record.initial_ok, record.initial_output = init.passed, init.output
+            _agent_loop(sandbox, task, agent, config, record)
+            if record.timed_out:
+                record.verifier_output = "[not verified: the episode timed out]"
+            elif not ABORT.is_set():
+                tv = time.perf_counter()
+                result = verify_final(sandbox, task)
+                record.verify_s = time.perf_counter() - tv
+                record.passed, record.reward = result.passed, result.reward
+                record.verifier_exit_code, record.verifier_output = result.exit_code, result.output
+    except TerminalError as exc:
+        record.error = str(exc)
+    except Exception as exc:  # noqa: BLE001 - an engine failure must not kill the batch
+        record.error = f"{type(exc).__name__}: {exc}"
+    record.duration_s = time.perf_counter() - t0
+    return record
+
+
+def _agent_loop(sandbox: Sandbox, task: Task, agent: Agent, config: EpisodeConfig,
+                record: EpisodeRecord) -> None:
+    messages = initial_messages(task)
+    t_start = time.perf_counter()
+    deadline = time.monotonic() + config.episode_timeout_s
+    for index in range(config.max_turns):
+        if ABORT.is_set():
+            record.error = "aborted"
+            break
+        reply = agent(messages)
+        messages.append({"role": "assistant", "content": reply})
+        record.turns = index + 1
+        action = parse_action(reply)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            record.timed_out = True
+            break
+        if action.kind == "done":
+            record.done = True
+            record.transcript.append(Turn(index, "done", "", "", None, False, 0.0, reply))
+            break
+        if action.kind == "parse_error":
+            obs, code, timed_out, dur = PARSE_ERROR_OBSERVATION, None, False, 0.0
+        else:
+            timeout = min(config.command_timeout_s, remaining)
+            result = sandbox.run(action.command, timeout)
+            obs = observation(result.output, result.exit_code)
+            code, timed_out, dur = result.exit_code, result.timed_out, result.duration_s
+            if timed_out and time.monotonic() >= deadline:
+                record.timed_out = True
+        record.transcript.append(Turn(index, action.kind, action.command, obs, code, timed_out, dur, reply))
+        messages.append({"role": "user", "content": obs})
+        if record.timed_out:
+            break
+    record.agent_s = time.perf_counter() - t_start
+
+
+def run_episodes(
+    jobs: Sequence[tuple[Task, Agent]],
+    *,
+    concurrency: int = 4,
+    config: EpisodeConfig | None = None,
+    client: docker.DockerClient | None = None,
+    builder: ImageBuilder | None = None,
+    image_config: ImageConfig | None = None,
+    on_record: Callable[[EpisodeRecord], None] | None = None,
+) -> list[EpisodeRecord]:
+    """Run ``jobs`` with at most ``concurrency`` live sandboxes; records in job order."""
+    client = client or make_client(pool=max(16, 2 * concurrency + 4))
+    builder = builder or ImageBuilder(client, image_config)
+    reaper.reap_orphans_once(client)
+    pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="episode")
+    try:
+        futures = [pool.submit(run_episode, task, agent, client=client, builder=builder, config=config)
+                   for task, agent in jobs]
+        records = []
+        for fut in futures:
+            record = fut.result()
+            if on_record is not None:
+                on_record(record)
+            records.append(record)
+        return records
+    except BaseException:
+        ABORT.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        reaper.remove_all_live()
+        raise
+    finally:
+        pool.shutdown(wait=True)
+        ABORT.clear()
