@@ -206,7 +206,8 @@ def main() -> None:
     print(f"  size scaling at N={nmax}: {p / 4 / 1e6:.1f}M params {t_small:.3f} s vs "
           f"{p / 1e6:.1f}M params {t_update[nmax]:.3f} s (ratio {t_update[nmax] / t_small:.2f}, "
           f"linear would be {p / small.num_parameters:.2f})")  # fmt: skip
-    print("  => update time ~ N x params / (noise rate): linear in N and in model size")
+    print("  theory: N noise regenerations + one master pass, t ~ N x params / noise_rate + "
+          "params / copy_rate: linear in N and in the model size")  # fmt: skip
     if args.threads == 1 and dev == "cpu":
         two = ESOptimizer(model, chunk_size=args.chunk, threads=2, hash_base=False)
         t2p = timed(lambda: two._write_perturbed(3, 0.0015), dev, args.repeats)

@@ -232,8 +232,13 @@ class ESOptimizer:
             # Separate mul and add (no fused multiply-add) so the rounding of every element
             # is the same whatever the chunking, vector width or thread count.
             noise.mul_(scale)
-            noise.add_(master)
-            self._params[i][start:end].copy_(noise)
+            if master.dtype == torch.float32:
+                noise.add_(master)
+                self._params[i][start:end].copy_(noise)
+            else:  # fp64 parameters keep an fp64 master: add in fp64
+                work = self._params[i][start:end]
+                work.copy_(noise)
+                work.add_(master)
 
         self._run(fn)
 

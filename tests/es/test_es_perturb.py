@@ -23,7 +23,7 @@ def assert_bit_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> 
         assert torch.equal(a[name].view(torch.uint8), b[name].view(torch.uint8)), name
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 def test_restore_is_bit_exact_after_many_perturbations(two_tensors, dtype):
     model = two_tensors(dtype)
     before = snapshot(model)
