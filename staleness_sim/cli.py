@@ -108,6 +108,15 @@ def _add_compare(p: argparse.ArgumentParser) -> None:
         metavar="G",
         help="also run every config at these worker counts (default: each config's own)",
     )
+    p.add_argument(
+        "--policy",
+        dest="policies",
+        action="append",
+        default=[],
+        metavar="YAML",
+        help="also run every config under this policy, e.g. --policy '{kind: bounded, max_lag: 2}'"
+        " (repeatable; policy variants on one workload)",
+    )
     p.add_argument("--json", action="store_true", help="print the table as a JSON list of rows")
     p.add_argument("--out", type=Path, help="also write the table to this CSV file")
 
@@ -136,11 +145,9 @@ def compare_table(scenarios: list[Scenario]) -> pd.DataFrame:
         )
     table = pd.DataFrame(rows)
     base = {}
-    for _, r in table.iterrows():
-        if r["G"] not in base or r["policy"] == "sync":
-            base[r["G"]] = (
-                r["hours"] if r["policy"] == "sync" or r["G"] not in base else base[r["G"]]
-            )
+    for g, group in table.groupby("G"):
+        sync = group[group["policy"].str.startswith("sync")]
+        base[g] = (sync if len(sync) else group)["hours"].iloc[0]
     table["speedup"] = [
         base[g] / h if h > 0 else math.nan for g, h in zip(table["G"], table["hours"], strict=True)
     ]
@@ -159,10 +166,11 @@ def policy_label(sc: Scenario) -> str:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    variants = [[]] + [[f"policy={p}"] for p in args.policies] if args.policies else [[]]
     scenarios = []
     for g in args.workers or [None]:
         sets = args.sets + ([f"workers={g}"] if g is not None else [])
-        scenarios += [load_scenario(c, sets) for c in args.configs]
+        scenarios += [load_scenario(c, sets + v) for c in args.configs for v in variants]
     table = compare_table(scenarios)
     if args.out:
         table.to_csv(args.out, index=False)

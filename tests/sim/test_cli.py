@@ -168,3 +168,17 @@ def test_missing_and_malformed_files_exit_2(tmp_path, capsys):
     bad.write_text("- just a list\n")
     assert main(["run", str(bad)]) == 2
     assert "mapping" in capsys.readouterr().err
+
+
+def test_compare_policy_variants_on_one_workload(capsys):
+    args = ["compare", str(PAPER / "paper_async1.yaml"), "--set", "updates=10", "--json"]
+    assert main([*args, "--policy", "{kind: sync}", "--policy", "{kind: unbounded}"]) == 0
+    rows = pd.DataFrame(json.loads(capsys.readouterr().out))
+    assert rows.policy.str.split("+").str[0].tolist() == [
+        "bounded(max_lag=1,drop)",
+        "sync",
+        "unbounded",
+    ]
+    assert rows.set_index(rows.policy.str.split("+").str[0]).speedup["sync"] == 1.0
+    assert main([*args, "--policy", "{kind: bogus}"]) == 2
+    assert "'sync', 'bounded'" in capsys.readouterr().err
