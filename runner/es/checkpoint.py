@@ -50,8 +50,15 @@ def save_checkpoint(
     if path.exists():
         old = json.loads(path.read_text())
         if old.get("base", {}).get("sha256") == opt.base_hash:
-            # Keep snapshots still consistent with this log (same versions, same base).
-            snapshots = [s for s in old.get("snapshots", []) if s["version"] <= opt.version]
+            # Keep only snapshots on this log's history: same base and the same records up
+            # to the snapshot's version (a run resumed from an earlier version diverges).
+            mine = [r.to_dict() for r in opt.log]
+            snapshots = [
+                s
+                for s in old.get("snapshots", [])
+                if s["version"] <= opt.version
+                and old["log"][: s["version"]] == mine[: s["version"]]
+            ]
     if snapshot:
         name = f"master-v{opt.version:06d}.pt"
         torch.save(

@@ -127,3 +127,15 @@ def test_checkpoint_of_a_hf_causal_lm(tiny_model_dir, tmp_path):
     assert_same(masters(loaded), masters(opt))
     for (n, p), (_, q) in zip(again.named_parameters(), model.named_parameters(), strict=True):
         assert torch.equal(p, q), n
+
+
+def test_snapshots_of_an_abandoned_branch_are_not_reused(two_tensors, tmp_path):
+    opt = ESOptimizer(two_tensors(), **SMALL)
+    run_updates(opt, 3, seed=1)
+    save_checkpoint(opt, tmp_path, snapshot=True)  # snapshot at v3 of branch A
+    resumed = load_checkpoint(two_tensors(), tmp_path, version=2, **SMALL)
+    run_updates(resumed, 2, seed=2)  # branch B: v3, v4 differ from A's v3
+    save_checkpoint(resumed, tmp_path)
+    assert read_checkpoint(tmp_path)["snapshots"] == []
+    reloaded = load_checkpoint(two_tensors(), tmp_path, version=4, **SMALL)
+    assert_same(masters(reloaded), masters(resumed))
