@@ -41,11 +41,15 @@ def parse_definition(text: str, where: str) -> Definition:
     header: dict[str, tuple[str, int]] = {}
     sections: dict[str, tuple[list[str], int]] = {}
     current: str | None = None
+    open_doc: str | None = None  # inside a here-document of %post, '%' lines are data
     for lineno, raw in enumerate(text.splitlines(), start=1):
         stripped = raw.strip()
+        if open_doc is not None:
+            sections[current][0].append(raw)  # type: ignore[index]
+            if stripped == open_doc:
+                open_doc = None
+            continue
         match = re.match(r"^%([A-Za-z]+)\b(.*)$", stripped)
-        # A '%' line inside a section body is still a section header in Apptainer's parser
-        # unless it is inside a here-document; upstream files never rely on that.
         if match and not raw.startswith((" ", "\t")) or (match and current is None):
             name = match.group(1).lower()
             if name in ("setup", "files"):
@@ -72,6 +76,10 @@ def parse_definition(text: str, where: str) -> Definition:
             header[key.strip().lower()] = (value.strip(), lineno)
             continue
         sections[current][0].append(raw)
+        if current == "post":
+            docs = list(_HEREDOC.finditer(raw))
+            if docs:
+                open_doc = docs[-1].group(3)
 
     bootstrap, bline = header.get("bootstrap", ("", 0))
     if not bootstrap:

@@ -63,7 +63,7 @@ def archive_create(rng: random.Random) -> TaskSpec:
 def archive_extract(rng: random.Random) -> TaskSpec:
     names = [f"{w}.{rng.choice(EXTS)}" for w in _words(rng, rng.randint(2, 5))]
     contents = {n: f"{n}: {rng.randint(100, 999)}\n" for n in names}
-    bundle, dest = f"{HOME}/incoming/{rng.choice(PROJECTS)}.tar.gz", f"{HOME}/{rng.choice(['restore', 'unpacked', 'release'])}"
+    bundle, dest = f"{HOME}/incoming/{rng.choice(PROJECTS)}_{rng.choice(WORDS)}.tar.gz", f"{HOME}/{rng.choice(['restore', 'unpacked', 'release'])}"
     post = ["mkdir -p /tmp/bundle_src"]
     for n, c in contents.items():
         post.append(f"printf '%s' '{c.rstrip()}' > /tmp/bundle_src/{n} && echo >> /tmp/bundle_src/{n}")
@@ -92,7 +92,7 @@ def text_grep(rng: random.Random) -> TaskSpec:
         ws = rng.sample(WORDS, rng.randint(3, 7))
         lines.append(" ".join(ws))
     count = sum(1 for ln in lines if word in ln.split())
-    src, out = f"{HOME}/notes/journal.txt", f"{HOME}/notes/{word}_count.txt"
+    src, out = f"{HOME}/notes/{rng.choice(WORDS)}_journal.txt", f"{HOME}/notes/{word}_count.txt"
     return TaskSpec(
         "text_search", _difficulty(len(lines), 20),
         f"Count how many lines of {src} contain the word '{word}' (as a whole word, case-sensitive) "
@@ -110,7 +110,8 @@ def csv_aggregate(rng: random.Random) -> TaskSpec:
     totals: Counter[str] = Counter()
     for region, _, amount in rows:
         totals[region] += amount
-    src, out = f"{HOME}/data/sales.csv", f"{HOME}/data/region_totals.csv"
+    d = f"{HOME}/{rng.choice(PROJECTS)}/{rng.choice(['data', 'exports', 'q1', 'q2', 'q3', 'q4'])}"
+    src, out = f"{d}/{rng.choice(WORDS)}_sales.csv", f"{d}/{rng.choice(['region_totals', 'totals', 'by_region'])}.csv"
     expected = "region,total\n" + "".join(f"{r},{totals[r]}\n" for r in sorted(totals))
     return TaskSpec(
         "csv_aggregate", _difficulty(len(rows), 15),
@@ -133,7 +134,8 @@ def json_filter(rng: random.Random) -> TaskSpec:
              for w in _words(rng, rng.randint(4, 12))]
     min_age = rng.choice([21, 25, 30, 35, 40])
     names = sorted(u["name"] for u in users if u["active"] and u["age"] >= min_age)
-    src, out = f"{HOME}/api/users.json", f"{HOME}/api/eligible.txt"
+    d = f"{HOME}/{rng.choice(PROJECTS)}"
+    src, out = f"{d}/{rng.choice(['users', 'accounts', 'members'])}.json", f"{d}/{rng.choice(WORDS)}_eligible.txt"
     expected = "".join(n + "\n" for n in names)
     return TaskSpec(
         "json_filter", _difficulty(len(users), 7),
@@ -156,7 +158,8 @@ def log_status(rng: random.Random) -> TaskSpec:
         counts[st] += 1
         ip = f"10.0.{rng.randint(0, 9)}.{rng.randint(1, 254)}"
         lines.append(f'{ip} - - [02/Dec/2026:10:{i % 60:02d}:00 +0000] "GET /{rng.choice(WORDS)} HTTP/1.1" {st} {rng.randint(100, 9999)}')
-    src, out = f"{HOME}/logs/access.log", f"{HOME}/logs/status_report.txt"
+    svc = rng.choice(PROJECTS)
+    src, out = f"{HOME}/logs/{svc}_access.log", f"{HOME}/logs/{svc}_{rng.choice(['status', 'codes', 'summary'])}.txt"
     expected = "".join(f"{s} {counts[s]}\n" for s in sorted(counts))
     return TaskSpec(
         "log_analysis", _difficulty(len(lines), 25),
@@ -246,7 +249,7 @@ def sed_config(rng: random.Random) -> TaskSpec:
 def awk_columns(rng: random.Random) -> TaskSpec:
     people = [(w, rng.choice(DEPTS), rng.randint(30, 200) * 1000) for w in _words(rng, rng.randint(5, 15))]
     dept = rng.choice([p[1] for p in people])
-    src, out = f"{HOME}/hr/staff.txt", f"{HOME}/hr/{dept}_salaries.tsv"
+    src, out = f"{HOME}/hr/{rng.choice(['staff', 'people', 'roster'])}_{rng.choice(WORDS)}.txt", f"{HOME}/hr/{dept}_salaries.tsv"
     expected = "".join(f"{s}\t{n}\n" for n, d, s in people if d == dept)
     return TaskSpec(
         "awk_columns", _difficulty(len(people), 9),
@@ -323,10 +326,10 @@ def processes(rng: random.Random) -> TaskSpec:
 def symlinks(rng: random.Random) -> TaskSpec:
     versions = sorted({f"{rng.randint(1, 3)}.{rng.randint(0, 12)}.{rng.randint(0, 9)}" for _ in range(rng.randint(2, 5))},
                       key=lambda v: tuple(int(x) for x in v.split(".")))
-    rel = f"{HOME}/releases"
+    rel = f"{HOME}/{rng.choice(PROJECTS)}/releases"
     files = {f"{rel}/v{v}/VERSION": f"{v}\n" for v in versions}
     newest = f"{rel}/v{versions[-1]}"
-    link = f"{HOME}/current"
+    link = f"{HOME}/{rng.choice(['current', 'live', 'active', 'stable'])}_{rng.choice(WORDS)}"
     return TaskSpec(
         "symlinks", _difficulty(len(versions), 3),
         f"{rel} holds one directory per release (v<major>.<minor>.<patch>). Create a symbolic link "
@@ -343,7 +346,8 @@ def symlinks(rng: random.Random) -> TaskSpec:
 def dedupe_sort(rng: random.Random) -> TaskSpec:
     pool = _words(rng, rng.randint(4, 10))
     lines = [rng.choice(pool) for _ in range(rng.randint(8, 30))]
-    src, out = f"{HOME}/lists/raw.txt", f"{HOME}/lists/unique.txt"
+    d = f"{HOME}/{rng.choice(['lists', 'inventory', 'tags', 'hosts'])}"
+    src, out = f"{d}/{rng.choice(WORDS)}_raw.txt", f"{d}/{rng.choice(WORDS)}_unique.txt"
     expected = "".join(w + "\n" for w in sorted(set(lines)))
     return TaskSpec(
         "dedupe_sort", _difficulty(len(lines), 15),

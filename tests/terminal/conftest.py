@@ -1,0 +1,68 @@
+"""Fixtures for the terminal tests.
+
+Tests that need Docker use ``docker_client``: with REQUIRE_DOCKER=1 (CI) a missing
+engine or base image FAILS them; otherwise they are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from runner.terminal.images import ImageBuilder, ImageConfig
+from runner.terminal.reaper import count_sandboxes
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("REQUIRE_DOCKER") == "1":
+        pytest.fail(f"REQUIRE_DOCKER=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    try:
+        import docker
+
+        client = docker.from_env(timeout=900, max_pool_size=64)
+        client.ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means no usable engine
+        _unavailable(f"no Docker engine is reachable ({type(exc).__name__}: {exc}); "
+                     f"run 'bash scripts/setup_docker.sh' as root")
+    config = ImageConfig()
+    try:
+        client.images.get(config.base_image)
+    except Exception:  # noqa: BLE001
+        _unavailable(f"base image {config.base_image} is missing; run 'bash scripts/setup_docker.sh'")
+    return client
+
+
+@pytest.fixture(scope="session")
+def builder(docker_client) -> ImageBuilder:
+    return ImageBuilder(docker_client)
+
+
+@pytest.fixture
+def no_leak(docker_client):
+    """Assert that the engine's count of our containers returns to its baseline."""
+    before = count_sandboxes(docker_client)
+    yield before
+    assert count_sandboxes(docker_client) == before, "a sandbox container was leaked"
+
+
+@pytest.fixture(scope="session")
+def generated(tmp_path_factory) -> dict[str, Path]:
+    """One generated task per category (seeded), written once for the session."""
+    from runner.terminal.generator.categories import CATEGORIES
+    from runner.terminal.generator.writer import write_tasks
+
+    out = tmp_path_factory.mktemp("generated")
+    paths = write_tasks(out, len(CATEGORIES), seed=11)
+    by_cat = {}
+    for p in paths:
+        import json
+
+        by_cat[json.loads((p / "task.json").read_text())["category"]] = p
+    return by_cat

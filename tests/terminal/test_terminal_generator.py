@@ -1,0 +1,58 @@
+import json
+import subprocess
+import sys
+
+from runner.terminal.apptainer import parse_definition
+from runner.terminal.generator.categories import CATEGORIES
+from runner.terminal.generator.writer import generate_specs
+from runner.terminal.loaders import load_task
+
+
+def test_at_least_ten_categories_and_thousands_distinct():
+    assert len(CATEGORIES) >= 10
+    specs = generate_specs(3000, seed=5)
+    ids = [task_id for task_id, _ in specs]
+    assert len(set(ids)) == 3000
+    assert len({s.description for _, s in specs}) > 2000
+
+
+def test_same_seed_same_tasks_other_seed_other_tasks():
+    a = [(t, s.container_def()) for t, s in generate_specs(30, seed=1)]
+    b = [(t, s.container_def()) for t, s in generate_specs(30, seed=1)]
+    c = [(t, s.container_def()) for t, s in generate_specs(30, seed=2)]
+    assert a == b and a != c
+
+
+def test_container_defs_are_upstream_style_and_parse():
+    for task_id, spec in generate_specs(len(CATEGORIES), seed=3):
+        text = spec.container_def()
+        assert text.startswith("Bootstrap: docker\nFrom: ubuntu:22.04\n")
+        d = parse_definition(text, task_id)
+        assert "%environment" in text and d.environment
+
+
+def test_cli_generate_writes_native_layout_and_splits(tmp_path):
+    out = tmp_path / "tasks"
+    cmd = [sys.executable, "-m", "runner.cli", "tasks", "generate", "--n", "40", "--seed", "9"]
+    proc = subprocess.run([*cmd, "--out", str(out)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["tasks"] == 40
+    split_ids = []
+    for name in ("train", "validation", "test"):
+        split_ids += (out / f"{name}.txt").read_text().split()
+    assert len(split_ids) == len(set(split_ids)) == 40
+    assert len((out / "train.txt").read_text().split()) == 32
+    for task_id in split_ids[:5]:
+        task = load_task(out / task_id)
+        meta = json.loads((out / task_id / "task.json").read_text())
+        assert meta["category"] in CATEGORIES and meta["difficulty"] in ("easy", "medium")
+        assert task.initial_test and task.final_test and task.solution is not None
+
+
+def test_cli_reports_bad_input_in_one_line(tmp_path):
+    cmd = [sys.executable, "-m", "runner.cli", "tasks", "generate", "--n", "2"]
+    proc = subprocess.run([*cmd, "--out", str(tmp_path), "--categories", "nope"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("es-runner: error: unknown categories ['nope']")
+    assert "Traceback" not in proc.stderr
