@@ -1,0 +1,96 @@
+"""Scenarios per second of ``staleness-sim sweep`` on the published setting, per backend.
+
+The sweep: configs/sim/paper_async1.yaml (G = 4, N = 30, 256 episodes over 32 sessions,
+120 updates) over workers {4, 8, 16, 32, 64} x 200 seeds = 1,000 scenarios by default.
+Target: 1,000 scenarios in under a minute on a 2-core machine.
+
+    python benchmarks/bench_sweep.py [--n 1000] [--jobs N] [--backends local ray]
+
+Prints, per backend: wall time, scenarios per second, and the speed-up over one process
+running the scenarios back to back (measured on a sample); Ray's start-up is timed apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from staleness_sim.config import read_yaml, validate  # noqa: E402
+from staleness_sim.sweep import run_batch, run_sweep  # noqa: E402
+
+WORKERS = [4, 8, 16, 32, 64]
+
+
+def sweep_of(n: int) -> dict:
+    seeds = -(-n // len(WORKERS))  # ceil: n scenarios, or a few more
+    return {
+        "name": "bench",
+        "base": read_yaml(REPO / "configs" / "sim" / "paper_async1.yaml"),
+        "grid": {"workers": WORKERS},
+        "seeds": list(range(seeds)),
+    }
+
+
+def serial_rate(sweep: dict, sample: int = 20) -> float:
+    """Scenarios per second in this process, no pool: the baseline."""
+    base = validate(sweep["base"])
+    items = []
+    for i in range(sample):
+        sc = base.model_copy(update={"seed": i, "workers": WORKERS[i % len(WORKERS)]})
+        items.append((str(i), sc.model_dump(mode="json", exclude_none=True)))
+    run_batch(items[:2])  # warm up imports
+    start = time.perf_counter()
+    run_batch(items)
+    return sample / (time.perf_counter() - start)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=1000, help="scenarios (default 1000)")
+    ap.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--backends", nargs="+", default=["local", "ray"], choices=["local", "ray"])
+    args = ap.parse_args()
+    sweep = sweep_of(args.n)
+    n = len(WORKERS) * len(sweep["seeds"])
+    serial = serial_rate(sweep)
+    print(f"published setting, {n} scenarios, {args.jobs} jobs")
+    print(f"  one process, back to back: {serial:7.1f} scenarios/s")
+    for backend in args.backends:
+        extra = ""
+        if backend == "ray":
+            try:
+                import ray
+            except ImportError:
+                print("  ray: not installed (pip install 'ray>=2.9'), skipped")
+                continue
+            os.environ.pop("RAY_ADDRESS", None)
+            t0 = time.perf_counter()
+            env = {"env_vars": {"PYTHONPATH": str(REPO)}}
+            ray.init(
+                num_cpus=args.jobs, include_dashboard=False, log_to_driver=False, runtime_env=env
+            )
+            extra = f" (+ {time.perf_counter() - t0:.1f} s Ray start-up)"
+        with tempfile.TemporaryDirectory() as out:
+            start = time.perf_counter()
+            result = run_sweep(sweep, out, jobs=args.jobs, backend=backend, progress=False)
+            wall = time.perf_counter() - start
+        if backend == "ray":
+            ray.shutdown()
+        assert result.ran == n
+        rate = n / wall
+        print(
+            f"  {backend:5s}: {wall:6.1f} s for {n} = {rate:7.1f} scenarios/s{extra}; "
+            f"{rate / serial:.2f}x one process; 1,000 in {1000 / rate:.1f} s"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
