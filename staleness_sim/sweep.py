@@ -200,7 +200,7 @@ def run_sweep(
             [(r.key, r.scenario) for r in todo[i : i + size]] for i in range(0, len(todo), size)
         ]
         execute = run_local if backend == "local" else run_ray
-        from tqdm.auto import tqdm
+        from tqdm import tqdm
 
         bar = tqdm(
             total=len(todo),
