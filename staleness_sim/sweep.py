@@ -188,11 +188,23 @@ def run_sweep(
     folder = Path(out)
     store = ResultStore(folder)
     store.check_readable()
-    old_axes = _old_axes(folder)
+    with store.lock():
+        return _run(spec, runs, store, jobs, backend, progress, batch)
 
+
+def _run(
+    spec: SweepSpec,
+    runs: list[Run],
+    store: ResultStore,
+    jobs: int,
+    backend: str,
+    progress: bool | None,
+    batch: int | None,
+) -> SweepOutput:
+    folder = store.folder
+    old_axes = _old_axes(folder)
     done_keys = set(store.finished(old_axes)["key"])
     todo = [r for r in runs if r.key not in done_keys]
-    folder.mkdir(parents=True, exist_ok=True)
     atomic_write(folder / SWEEP_INFO, lambda p: p.write_text(json.dumps(spec.describe(), indent=2)))
     if todo:
         size = batch or batch_size(len(todo), jobs)

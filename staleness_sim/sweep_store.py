@@ -9,9 +9,12 @@ row is keyed by the hash of its full scenario and seed, so a re-run skips what i
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +43,17 @@ class ResultStore:
         self.folder = Path(folder)
         self.parts = self.folder / PARTS
         self.results_path = self.folder / RESULTS
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """One sweep at a time per folder: a second one would fold away the first's parts."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with open(self.folder / ".lock", "w") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise ValueError(f"{self.folder}: another sweep is writing here") from None
+            yield
 
     def check_readable(self) -> None:
         """Refuse to go on (and later overwrite) when the existing table cannot be read."""
