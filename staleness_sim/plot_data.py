@@ -29,6 +29,7 @@ class SweepData:
     lag_hists: pd.DataFrame | None = None
     axes: tuple[str, ...] = ()
     base: dict[str, Any] | None = None
+    zip_groups: tuple[tuple[str, ...], ...] = ()  # axes varied together move together
 
     def __post_init__(self) -> None:
         if "workers" not in self.results.columns:  # every figure can group by G
@@ -58,8 +59,14 @@ class SweepData:
     def slice(self, keep: tuple[str, ...]) -> tuple[pd.DataFrame, str]:
         """Rows with every axis not matching a prefix in ``keep`` held at one value."""
         df, held = self.results, []
+
+        def kept(axis: str) -> bool:
+            return any(axis == k or axis.startswith(k + ".") for k in keep)
+
+        # an axis zipped with a kept one is kept too (holding it would collapse its partner)
+        keep = (*keep, *(a for g in self.zip_groups if any(map(kept, g)) for a in g))
         for axis in self.axes:
-            if any(axis == k or axis.startswith(k + ".") for k in keep):
+            if kept(axis):
                 continue
             values = list(dict.fromkeys(df[axis]))
             target = axis_value(_get(self.base or {}, axis))

@@ -34,7 +34,8 @@ def load(folder: str | Path) -> SweepData:
     lags = pd.read_parquet(folder / LAG_HISTS) if (folder / LAG_HISTS).exists() else None
     info = json.loads((folder / SWEEP_INFO).read_text()) if (folder / SWEEP_INFO).exists() else {}
     axes = tuple(a for a in info.get("axes", []) if a in results.columns)
-    return SweepData(results, lags, axes, info.get("base", {}))
+    groups = tuple(tuple(a for a in g if a in axes) for g in info.get("zip", []))
+    return SweepData(results, lags, axes, info.get("base", {}), groups)
 
 
 def policy_style(labels) -> dict:

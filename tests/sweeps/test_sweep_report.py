@@ -69,3 +69,32 @@ def test_report_on_a_folder_without_results_exits_2(tmp_path, capsys):
     assert cli.main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no results.parquet" in err[0]
+
+
+def test_pareto_frontier_and_zip_partners_held_together():
+    import numpy as np
+    import pandas as pd
+
+    from staleness_sim.plot_data import SweepData, pareto
+
+    x = np.array([0.0, 0.5, 1.0, 1.0, 2.0])
+    y = np.array([1.0, 0.9, 1.5, 1.2, 1.4])
+    # (0.5, 0.9) is beaten by (0, 1.0); (1, 1.2) by (1, 1.5); (2, 1.4) by (1, 1.5)
+    assert sorted(pareto(x, y).tolist()) == [0, 2]
+    results = pd.DataFrame(
+        {
+            "a.shape": [1.5, 2.0, 1.5, 2.0],
+            "a.scale": [22.0, 44.0, 22.0, 44.0],
+            "workers": [4, 4, 8, 8],
+            "policy_label": ["p"] * 4,
+            "scenario": ["{}"] * 4,
+        }
+    )
+    data = SweepData(
+        results,
+        axes=("workers", "a.shape", "a.scale"),
+        base={"workers": 8},
+        zip_groups=(("a.shape", "a.scale"),),
+    )
+    kept, held = data.slice(("a.shape",))
+    assert kept["a.scale"].tolist() == [22.0, 44.0] and held == "workers=8"
