@@ -65,7 +65,9 @@ def _cmd_env_check(args: argparse.Namespace) -> int:
         client = make_client()
         client.ping()
     except docker.errors.DockerException as exc:
-        raise UserError(f"no Docker engine reachable ({exc}); run scripts/setup_docker.sh") from None
+        raise UserError(
+            f"no Docker engine reachable ({exc}); run scripts/setup_docker.sh"
+        ) from None
     config = EpisodeConfig(max_turns=args.max_turns, command_timeout_s=args.command_timeout)
     try:
         result = check_task(args.task_dir, args.solution, client, config)
@@ -83,7 +85,9 @@ class UserError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="es-runner", description="Run asynchronous ES on terminal tasks")
+    parser = argparse.ArgumentParser(
+        prog="es-runner", description="Run asynchronous ES on terminal tasks"
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
     for register in COMMAND_GROUPS:
@@ -93,8 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
     # SIGTERM unwinds like Ctrl-C so sandboxes are removed on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:

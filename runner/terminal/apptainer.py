@@ -270,9 +270,7 @@ def _rewrite_command(
     if not tokens or any(ch in command for ch in "|<>`$("):
         return command, ""
     head = tokens[0]
-    if head in ("pip", "pip3") or (
-        head.startswith("python") and tokens[1:3] == ["-m", "pip"]
-    ):
+    if head in ("pip", "pip3") or (head.startswith("python") and tokens[1:3] == ["-m", "pip"]):
         rest = tokens[1:] if head in ("pip", "pip3") else tokens[3:]
         if rest[:1] == ["install"]:
             pkgs = [t for t in rest[1:] if not t.startswith("-")]

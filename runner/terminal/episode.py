@@ -89,7 +89,10 @@ def make_client(pool: int = 64) -> docker.DockerClient:
 
 
 def initial_messages(task: Task) -> list[Message]:
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task.instruction}]
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": task.instruction},
+    ]
 
 
 def run_episode(
@@ -108,9 +111,16 @@ def run_episode(
     try:
         built = builder.ensure(task)
         record.image, record.build_s = built.tag, built.seconds
-        with Sandbox(client, built.tag, task_id=task.task_id, limits=task.limits,
-                     config=config.sandbox, user=task.agent_user, workdir=task.workdir,
-                     home_tmpfs=task.home_tmpfs) as sandbox:
+        with Sandbox(
+            client,
+            built.tag,
+            task_id=task.task_id,
+            limits=task.limits,
+            config=config.sandbox,
+            user=task.agent_user,
+            workdir=task.workdir,
+            home_tmpfs=task.home_tmpfs,
+        ) as sandbox:
             record.start_s = sandbox.start_s
             if config.check_initial:
                 init = check_initial(sandbox, task)
@@ -133,8 +143,9 @@ def run_episode(
     return record
 
 
-def _agent_loop(sandbox: Sandbox, task: Task, agent: Agent, config: EpisodeConfig,
-                record: EpisodeRecord) -> None:
+def _agent_loop(
+    sandbox: Sandbox, task: Task, agent: Agent, config: EpisodeConfig, record: EpisodeRecord
+) -> None:
     messages = initial_messages(task)
     t_start = time.perf_counter()
     deadline = time.monotonic() + config.episode_timeout_s
@@ -163,7 +174,9 @@ def _agent_loop(sandbox: Sandbox, task: Task, agent: Agent, config: EpisodeConfi
             code, timed_out, dur = result.exit_code, result.timed_out, result.duration_s
             if timed_out and time.monotonic() >= deadline:
                 record.timed_out = True
-        record.transcript.append(Turn(index, action.kind, action.command, obs, code, timed_out, dur, reply))
+        record.transcript.append(
+            Turn(index, action.kind, action.command, obs, code, timed_out, dur, reply)
+        )
         messages.append({"role": "user", "content": obs})
         if record.timed_out:
             break
@@ -186,8 +199,10 @@ def run_episodes(
     reaper.reap_orphans_once(client)
     pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="episode")
     try:
-        futures = [pool.submit(run_episode, task, agent, client=client, builder=builder, config=config)
-                   for task, agent in jobs]
+        futures = [
+            pool.submit(run_episode, task, agent, client=client, builder=builder, config=config)
+            for task, agent in jobs
+        ]
         records = []
         for fut in futures:
             record = fut.result()

@@ -34,9 +34,38 @@ TASK_REPO = "es-runner/task"
 # Installed by scripts/setup_docker.sh (keep in sync with BASE_PACKAGES there), plus the
 # Ubuntu names upstream %post sections use for the same things.
 BASE_APT_PACKAGES = frozenset(
-    "bash coreutils findutils grep sed gawk tar gzip bzip2 xz-utils zip unzip procps psmisc "
-    "util-linux diffutils file less jq bc python3 python3-pytest ca-certificates passwd "
-    "python3-minimal python-is-python3 mawk debianutils base-files dash".split()
+    [
+        "bash",
+        "coreutils",
+        "findutils",
+        "grep",
+        "sed",
+        "gawk",
+        "tar",
+        "gzip",
+        "bzip2",
+        "xz-utils",
+        "zip",
+        "unzip",
+        "procps",
+        "psmisc",
+        "util-linux",
+        "diffutils",
+        "file",
+        "less",
+        "jq",
+        "bc",
+        "python3",
+        "python3-pytest",
+        "ca-certificates",
+        "passwd",
+        "python3-minimal",
+        "python-is-python3",
+        "mawk",
+        "debianutils",
+        "base-files",
+        "dash",
+    ]
 )
 BASE_PIP_PACKAGES = frozenset({"pytest", "pluggy", "iniconfig", "packaging"})
 
@@ -53,7 +82,9 @@ _NATIVE_EPILOGUE = (
 class ImageConfig:
     """Where images come from. ``from_map`` maps FROM patterns (fnmatch) to local images."""
 
-    base_image: str = field(default_factory=lambda: os.environ.get("ES_TERMINAL_BASE_IMAGE", BASE_IMAGE))
+    base_image: str = field(
+        default_factory=lambda: os.environ.get("ES_TERMINAL_BASE_IMAGE", BASE_IMAGE)
+    )
     from_map: dict[str, str] = field(default_factory=lambda: _map_from_env())
     try_pull: bool = field(default_factory=lambda: os.environ.get("ES_TERMINAL_NO_PULL") != "1")
 
@@ -90,6 +121,7 @@ class ImageBuilder:
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
         self._resolved: dict[str, tuple[str, bool]] = {}
+        self._resolve_lock = threading.Lock()
 
     # --- FROM resolution --------------------------------------------------------------
     def base_image_id(self) -> str:
@@ -103,17 +135,19 @@ class ImageBuilder:
 
     def resolve_from(self, ref: str) -> tuple[str, bool]:
         """Return (image to build on, whether it is a fallback to the local base)."""
-        with self._guard:
-            if ref in self._resolved:
-                return self._resolved[ref]
+        with self._resolve_lock:  # one pull attempt and one warning per reference
+            return self._resolve_locked(ref)
+
+    def _resolve_locked(self, ref: str) -> tuple[str, bool]:
+        if ref in self._resolved:
+            return self._resolved[ref]
         for pattern, target in self.config.from_map.items():
             if fnmatch.fnmatchcase(ref, pattern):
                 result = (target, target == self.config.base_image)
                 break
         else:
             result = self._local_or_pull(ref)
-        with self._guard:
-            self._resolved[ref] = result
+        self._resolved[ref] = result
         return result
 
     def _local_or_pull(self, ref: str) -> tuple[str, bool]:
@@ -210,7 +244,9 @@ class ImageBuilder:
         with lock:
             try:
                 self.client.images.get(tag)
-                return BuiltImage(tag, False, time.perf_counter() - start, from_image, fell_back, notes)
+                return BuiltImage(
+                    tag, False, time.perf_counter() - start, from_image, fell_back, notes
+                )
             except docker.errors.ImageNotFound:
                 pass
             self._build(task, dockerfile, tag, digest)
@@ -241,7 +277,9 @@ class ImageBuilder:
                         + (f" (last output: {detail})" if detail else "")
                     )
         except docker.errors.APIError as exc:
-            raise ImageBuildError(f"{task.task_id}: image build failed: {exc.explanation or exc}") from None
+            raise ImageBuildError(
+                f"{task.task_id}: image build failed: {exc.explanation or exc}"
+            ) from None
         except ImageBuildError:
             raise
         except Exception as exc:  # e.g. a read timeout from the engine

@@ -52,8 +52,7 @@ class OutputCollector:
         text = "".join(self._head)
         if self.total_chars > self.limit:
             return (
-                text
-                + f"\n[output truncated: showing the first {self.limit:,} of "
+                text + f"\n[output truncated: showing the first {self.limit:,} of "
                 f"{self.total_chars:,} characters]"
             )
         return text.rstrip("\n")

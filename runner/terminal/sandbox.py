@@ -75,11 +75,23 @@ class _Shell:
     def __init__(self, api: docker.APIClient, container_id: str, user: str, workdir: str) -> None:
         self.api = api
         self.nonce = uuid.uuid4().hex[:16]
-        env = {"HOME": "/home/user" if user != "root" else "/root", "USER": user, "LOGNAME": user,
-               "SHELL": "/bin/bash", "TERM": "dumb"}
+        env = {
+            "HOME": "/home/user" if user != "root" else "/root",
+            "USER": user,
+            "LOGNAME": user,
+            "SHELL": "/bin/bash",
+            "TERM": "dumb",
+        }
         self.exec_id = api.exec_create(
-            container_id, ["/bin/bash", "--noprofile", "--norc"], stdin=True, stdout=True,
-            stderr=True, tty=False, user=user, workdir=workdir, environment=env,
+            container_id,
+            ["/bin/bash", "--noprofile", "--norc"],
+            stdin=True,
+            stdout=True,
+            stderr=True,
+            tty=False,
+            user=user,
+            workdir=workdir,
+            environment=env,
         )["Id"]
         self._sockio = api.exec_start(self.exec_id, socket=True)
         self.sock: socket.socket = self._sockio._sock
@@ -92,7 +104,7 @@ class _Shell:
             f"i=0; while [ ! -e {_READY_FILE} ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done\n"
             "[ -r /.es/environment ] && . /.es/environment\n"
             f"cd {workdir}\n"
-            f"printf '\\n__ES_READY_{self.nonce} %s %s\\n' \"$$\" \"1 $(cat /proc/1/task/1/children 2>/dev/null)\"\n"
+            f'printf \'\\n__ES_READY_{self.nonce} %s %s\\n\' "$$" "1 $(cat /proc/1/task/1/children 2>/dev/null)"\n'
         )
         self.send(init.encode())
         self.pid_in_container = -1
@@ -192,7 +204,10 @@ class Sandbox:
         t0 = time.perf_counter()
         reaper.reap_orphans_once(self.client)
         lim, cfg = self.limits, self.config
-        tmpfs = {"/tmp": f"size={cfg.tmp_size_mb}m,mode=1777,exec", "/var/tmp": "size=64m,mode=1777,exec"}
+        tmpfs = {
+            "/tmp": f"size={cfg.tmp_size_mb}m,mode=1777,exec",
+            "/var/tmp": "size=64m,mode=1777,exec",
+        }
         if self.home_tmpfs:
             tmpfs["/home/user"] = f"size={min(lim.storage_mb, cfg.home_size_mb)}m,mode=0755,exec"
         try:
@@ -215,7 +230,9 @@ class Sandbox:
         except docker.errors.ImageNotFound:
             raise SandboxError(f"{self.task_id}: image {self.image} not found") from None
         except docker.errors.APIError as exc:
-            raise SandboxError(f"{self.task_id}: cannot create container: {exc.explanation}") from None
+            raise SandboxError(
+                f"{self.task_id}: cannot create container: {exc.explanation}"
+            ) from None
         reaper.register(self.container)
         try:
             self.container.start()
@@ -249,7 +266,9 @@ class Sandbox:
         try:
             shell = _Shell(self.client.api, self.container.id, self.user, self.workdir)
         except docker.errors.APIError as exc:
-            raise SandboxError(f"{self.task_id}: cannot start the shell: {exc.explanation}") from None
+            raise SandboxError(
+                f"{self.task_id}: cannot start the shell: {exc.explanation}"
+            ) from None
         pattern = re.compile(rb"\n__ES_READY_" + shell.nonce.encode() + rb" (\d+) ([\d ]*)\n")
         buf = b""
         deadline = time.monotonic() + self.config.start_timeout_s
@@ -271,7 +290,9 @@ class Sandbox:
                     self._baseline_ns.update(int(x) for x in match.group(2).split())
                 return shell
         shell.close()
-        raise SandboxError(f"{self.task_id}: the shell did not start within {self.config.start_timeout_s} s")
+        raise SandboxError(
+            f"{self.task_id}: the shell did not start within {self.config.start_timeout_s} s"
+        )
 
     # --- commands ------------------------------------------------------------------------
     def run(self, command: str, timeout: float) -> CommandResult:
@@ -310,7 +331,9 @@ class Sandbox:
                 rc = self._collect(pattern, collector, time.monotonic() + self.config.kill_grace_s)
                 if rc is None:
                     self._kill_since(self._session_ticks)
-                    rc = self._collect(pattern, collector, time.monotonic() + self.config.kill_grace_s)
+                    rc = self._collect(
+                        pattern, collector, time.monotonic() + self.config.kill_grace_s
+                    )
                 if rc is None:
                     self._restart_shell()
                     restarted = True
@@ -345,12 +368,19 @@ class Sandbox:
         if notes:
             output = (output + "\n" if output else "") + "\n".join(notes)
         return CommandResult(
-            output=output, exit_code=rc, timed_out=timed_out, shell_restarted=restarted,
-            truncated=collector.truncated, total_chars=collector.total_chars,
-            duration_s=time.perf_counter() - t0, notes=notes,
+            output=output,
+            exit_code=rc,
+            timed_out=timed_out,
+            shell_restarted=restarted,
+            truncated=collector.truncated,
+            total_chars=collector.total_chars,
+            duration_s=time.perf_counter() - t0,
+            notes=notes,
         )
 
-    def _collect(self, pattern: re.Pattern[bytes], collector: OutputCollector, deadline: float) -> int | None:
+    def _collect(
+        self, pattern: re.Pattern[bytes], collector: OutputCollector, deadline: float
+    ) -> int | None:
         """Feed output to ``collector`` until the sentinel (return its code) or the deadline."""
         assert self.shell is not None
         pending = getattr(self, "_pending", b"")
@@ -419,15 +449,21 @@ class Sandbox:
         return current is not None and current >= self.config.pids_alarm_fraction * self.limits.pids
 
     # --- plumbing for verifiers ----------------------------------------------------------
-    def exec_root(self, cmd: list[str], timeout: float, user: str = "root",
-                  workdir: str | None = None) -> tuple[int, str]:
+    def exec_root(
+        self, cmd: list[str], timeout: float, user: str = "root", workdir: str | None = None
+    ) -> tuple[int, str]:
         """Run ``cmd`` via docker exec, bounded by ``timeout`` (coreutils timeout inside)."""
         assert self.container is not None
         wrapped = ["timeout", "-k", "5", str(int(max(1, timeout)))] + cmd
         try:
             exec_id = self.client.api.exec_create(
-                self.container.id, wrapped, stdout=True, stderr=True, user=user,
-                workdir=workdir or "/", environment={"PYTHONDONTWRITEBYTECODE": "1"},
+                self.container.id,
+                wrapped,
+                stdout=True,
+                stderr=True,
+                user=user,
+                workdir=workdir or "/",
+                environment={"PYTHONDONTWRITEBYTECODE": "1"},
             )["Id"]
             raw = self.client.api.exec_start(exec_id)
             code = self.client.api.exec_inspect(exec_id).get("ExitCode")

@@ -20,12 +20,20 @@ class VerifierResult:
     output: str
 
 
-def _pytest_in(sandbox: Sandbox, task: Task, name: str, source: str, timeout: float) -> VerifierResult:
+def _pytest_in(
+    sandbox: Sandbox, task: Task, name: str, source: str, timeout: float
+) -> VerifierResult:
     # The tests are copied in only when they run, so the agent never sees them.
     sandbox.put_files(_NATIVE_DIR, {name: source.encode()})
     code, out = sandbox.exec_root(
-        ["/bin/sh", "-c", f"[ -r /.es/environment ] && . /.es/environment; exec \"$@\"", "sh",
-         *_PYTEST, f"{_NATIVE_DIR}/{name}"],
+        [
+            "/bin/sh",
+            "-c",
+            '[ -r /.es/environment ] && . /.es/environment; exec "$@"',
+            "sh",
+            *_PYTEST,
+            f"{_NATIVE_DIR}/{name}",
+        ],
         timeout=timeout,
         user=task.agent_user,
         workdir=task.workdir,
@@ -40,15 +48,17 @@ def check_initial(sandbox: Sandbox, task: Task) -> VerifierResult | None:
     """Run test_initial_state.py (native tasks that have one); None when there is none."""
     if task.layout != "native" or not task.initial_test:
         return None
-    return _pytest_in(sandbox, task, "test_initial_state.py", task.initial_test,
-                      task.limits.verifier_timeout_s)
+    return _pytest_in(
+        sandbox, task, "test_initial_state.py", task.initial_test, task.limits.verifier_timeout_s
+    )
 
 
 def verify_final(sandbox: Sandbox, task: Task) -> VerifierResult:
     if task.layout == "native":
         assert task.final_test is not None
-        return _pytest_in(sandbox, task, "test_final_state.py", task.final_test,
-                          task.limits.verifier_timeout_s)
+        return _pytest_in(
+            sandbox, task, "test_final_state.py", task.final_test, task.limits.verifier_timeout_s
+        )
     return _verify_harbor(sandbox, task)
 
 
@@ -60,16 +70,22 @@ def _verify_harbor(sandbox: Sandbox, task: Task) -> VerifierResult:
         if p.is_file()
     }
     sandbox.put_files("/tests", files)
-    sandbox.exec_root(["/bin/sh", "-c", "mkdir -p /logs/verifier && chmod 777 /logs /logs/verifier"],
-                      timeout=10)
-    code, out = sandbox.exec_root(["bash", "/tests/test.sh"], timeout=task.limits.verifier_timeout_s,
-                                  workdir=task.workdir)
+    sandbox.exec_root(
+        ["/bin/sh", "-c", "mkdir -p /logs/verifier && chmod 777 /logs /logs/verifier"], timeout=10
+    )
+    code, out = sandbox.exec_root(
+        ["bash", "/tests/test.sh"], timeout=task.limits.verifier_timeout_s, workdir=task.workdir
+    )
     rcode, text = sandbox.exec_root(["cat", "/logs/verifier/reward.txt"], timeout=10)
     if rcode != 0:
-        return VerifierResult(False, 0.0, code, out + "\n[no /logs/verifier/reward.txt was written]")
+        return VerifierResult(
+            False, 0.0, code, out + "\n[no /logs/verifier/reward.txt was written]"
+        )
     try:
         value = float(text.strip())
     except ValueError:
-        return VerifierResult(False, 0.0, code, out + f"\n[reward.txt is not a number: {text[:80]!r}]")
+        return VerifierResult(
+            False, 0.0, code, out + f"\n[reward.txt is not a number: {text[:80]!r}]"
+        )
     passed = value >= 1.0
     return VerifierResult(passed, 1.0 if passed else 0.0, code, out + f"\n[reward.txt: {value:g}]")

@@ -29,13 +29,17 @@ def docker_client():
         client = docker.from_env(timeout=900, max_pool_size=64)
         client.ping()
     except Exception as exc:  # noqa: BLE001 - any failure means no usable engine
-        _unavailable(f"no Docker engine is reachable ({type(exc).__name__}: {exc}); "
-                     f"run 'bash scripts/setup_docker.sh' as root")
+        _unavailable(
+            f"no Docker engine is reachable ({type(exc).__name__}: {exc}); "
+            f"run 'bash scripts/setup_docker.sh' as root"
+        )
     config = ImageConfig()
     try:
         client.images.get(config.base_image)
     except Exception:  # noqa: BLE001
-        _unavailable(f"base image {config.base_image} is missing; run 'bash scripts/setup_docker.sh'")
+        _unavailable(
+            f"base image {config.base_image} is missing; run 'bash scripts/setup_docker.sh'"
+        )
     return client
 
 

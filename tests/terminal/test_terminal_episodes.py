@@ -7,6 +7,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from test_terminal_tasks import write_harbor, write_native
 
 from runner.terminal.episode import EpisodeConfig, run_episode, run_episodes
 from runner.terminal.errors import ImageBuildError
@@ -15,8 +16,6 @@ from runner.terminal.loaders import load_task
 from runner.terminal.protocol import PARSE_ERROR_OBSERVATION, ScriptedAgent
 from runner.terminal.sandbox import Sandbox
 from runner.terminal.verifier import check_initial, verify_final
-
-from test_terminal_tasks import write_harbor, write_native
 
 pytestmark = pytest.mark.docker
 
@@ -36,8 +35,9 @@ def _check_category(docker_client, builder, path):
 def test_every_category_initial_before_after(docker_client, builder, generated, no_leak):
     assert set(generated) == set(CATEGORIES)
     with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(lambda p: _check_category(docker_client, builder, p),
-                                generated.values()))
+        results = list(
+            pool.map(lambda p: _check_category(docker_client, builder, p), generated.values())
+        )
     for category, initial, before, outs, after in results:
         assert initial.passed, f"{category}: initial state test failed:\n{initial.output}"
         assert not before.passed, f"{category}: final test passes before the solution"
@@ -63,15 +63,19 @@ def test_concurrent_episodes_with_scripted_solutions(docker_client, builder, gen
     assert [r.task_id for r in records] == [t.task_id for t, _ in jobs]
     for r in records:
         assert r.error is None and r.reward == 1.0 and r.done, r.to_dict()
-        assert r.turns == len(ScriptedAgent.from_file(paths[records.index(r)] / "solution.sh").commands) + 1
+        assert (
+            r.turns
+            == len(ScriptedAgent.from_file(paths[records.index(r)] / "solution.sh").commands) + 1
+        )
         json.loads(r.to_json())  # the record is JSON-serialisable
 
 
 def test_wrong_answer_parse_error_and_turn_limit(docker_client, builder, generated, no_leak):
     task = load_task(generated["text_search"])
     agent = lambda msgs: "I think the answer is 3"  # noqa: E731 - never follows the protocol
-    rec = run_episode(task, agent, client=docker_client, builder=builder,
-                      config=EpisodeConfig(max_turns=3))
+    rec = run_episode(
+        task, agent, client=docker_client, builder=builder, config=EpisodeConfig(max_turns=3)
+    )
     assert rec.turns == 3 and not rec.done and rec.reward == 0.0 and rec.error is None
     assert all(t.observation == PARSE_ERROR_OBSERVATION for t in rec.transcript)
     assert "failed" in rec.verifier_output
@@ -82,27 +86,38 @@ def test_timed_out_episode_gets_zero(docker_client, builder, generated, no_leak)
     task = load_task(path)
     solution = ScriptedAgent.from_file(path / "solution.sh").commands
     agent = ScriptedAgent([*solution, "sleep 30"])
-    rec = run_episode(task, agent, client=docker_client, builder=builder,
-                      config=EpisodeConfig(episode_timeout_s=3, command_timeout_s=10))
+    rec = run_episode(
+        task,
+        agent,
+        client=docker_client,
+        builder=builder,
+        config=EpisodeConfig(episode_timeout_s=3, command_timeout_s=10),
+    )
     assert rec.timed_out and rec.reward == 0.0 and "timed out" in rec.verifier_output
     assert rec.duration_s < 15
 
 
 def test_harbor_task_end_to_end(docker_client, builder, tmp_path, no_leak):
     task = load_task(write_harbor(tmp_path / "harbor"))
-    good = run_episode(task, ScriptedAgent.from_file(task.solution), client=docker_client,
-                       builder=builder)
+    good = run_episode(
+        task, ScriptedAgent.from_file(task.solution), client=docker_client, builder=builder
+    )
     assert good.error is None and good.reward == 1.0 and "[reward.txt: 1]" in good.verifier_output
     bad = run_episode(task, ScriptedAgent(["ls /app"]), client=docker_client, builder=builder)
     assert bad.reward == 0.0 and "[reward.txt: 0]" in bad.verifier_output
     # The seed file from the build context made it into the image, and /tests was not
     # visible to the agent.
-    assert "seed.txt" in bad.transcript[0].observation and "/tests" not in bad.transcript[0].observation
+    assert (
+        "seed.txt" in bad.transcript[0].observation
+        and "/tests" not in bad.transcript[0].observation
+    )
 
 
 def test_failing_post_is_a_clear_build_error(docker_client, builder, tmp_path, no_leak):
-    definition = ("Bootstrap: docker\nFrom: ubuntu:22.04\n%post\n    echo preparing\n"
-                  "    false_command_xyz --flag\n    echo never\n")
+    definition = (
+        "Bootstrap: docker\nFrom: ubuntu:22.04\n%post\n    echo preparing\n"
+        "    false_command_xyz --flag\n    echo never\n"
+    )
     task = load_task(write_native(tmp_path / "badpost", definition=definition))
     with pytest.raises(ImageBuildError) as err:
         builder.ensure(task)
@@ -113,8 +128,9 @@ def test_failing_post_is_a_clear_build_error(docker_client, builder, tmp_path, n
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "runner.cli", *args], capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "runner.cli", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_cli_env_check(docker_client, generated, tmp_path):

@@ -51,8 +51,12 @@ def test_cli_generate_writes_native_layout_and_splits(tmp_path):
 
 def test_cli_reports_bad_input_in_one_line(tmp_path):
     cmd = [sys.executable, "-m", "runner.cli", "tasks", "generate", "--n", "2"]
-    proc = subprocess.run([*cmd, "--out", str(tmp_path), "--categories", "nope"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [*cmd, "--out", str(tmp_path), "--categories", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert proc.stderr.startswith("es-runner: error: unknown categories ['nope']")
     assert "Traceback" not in proc.stderr

@@ -12,8 +12,10 @@ def test_single_command():
 
 
 def test_think_is_ignored_and_may_contain_tags():
-    a = parse_action("<think>maybe <action>done</action> or <command>rm -rf /</command></think>"
-                     "<command>echo hi</command>")
+    a = parse_action(
+        "<think>maybe <action>done</action> or <command>rm -rf /</command></think>"
+        "<command>echo hi</command>"
+    )
     assert (a.kind, a.command) == ("command", "echo hi")
 
 
@@ -28,7 +30,13 @@ def test_last_of_several_commands_runs():
 
 
 def test_anything_else_is_a_parse_error():
-    for text in ["ls -la", "", "<command></command>", "<command>unclosed", "<think>never closed <command>ls</command>"]:
+    for text in [
+        "ls -la",
+        "",
+        "<command></command>",
+        "<command>unclosed",
+        "<think>never closed <command>ls</command>",
+    ]:
         assert parse_action(text).kind == "parse_error", text
     assert PARSE_ERROR_OBSERVATION.startswith("Could not parse")
 
@@ -48,4 +56,8 @@ def test_scripted_agent_replays_then_done(tmp_path):
         reply = agent(msgs)
         out.append(reply)
         msgs += [{"role": "assistant", "content": reply}, {"role": "user", "content": "obs"}]
-    assert out == ["<command>echo a</command>", "<command>echo b</command>", "<action>done</action>"]
+    assert out == [
+        "<command>echo a</command>",
+        "<command>echo b</command>",
+        "<action>done</action>",
+    ]

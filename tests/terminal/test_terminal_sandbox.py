@@ -21,15 +21,22 @@ BASE = ImageConfig().base_image
 @pytest.fixture
 def sandbox(docker_client, no_leak):
     limits = TaskLimits(pids=128, storage_mb=32, memory_mb=512)
-    with Sandbox(docker_client, BASE, task_id="sandbox-test", limits=limits,
-                 config=SandboxConfig(kill_grace_s=1.0)) as sb:
+    with Sandbox(
+        docker_client,
+        BASE,
+        task_id="sandbox-test",
+        limits=limits,
+        config=SandboxConfig(kill_grace_s=1.0),
+    ) as sb:
         yield sb
 
 
 def test_shell_persists_and_runs_as_user(sandbox):
     r = sandbox.run("id -un; pwd; cd /tmp && export X=41", 5)
     assert (r.exit_code, r.output) == (0, "user\n/home/user")
-    r = sandbox.run("echo $((X+1)) $PWD; echo err >&2; exit_code_test() { return 3; }; exit_code_test", 5)
+    r = sandbox.run(
+        "echo $((X+1)) $PWD; echo err >&2; exit_code_test() { return 3; }; exit_code_test", 5
+    )
     assert r.exit_code == 3 and r.output == "42 /tmp\nerr"
 
 
@@ -37,7 +44,9 @@ def test_network_is_off_and_limits_apply(sandbox):
     r = sandbox.run("cat /sys/class/net/*/operstate 2>/dev/null | wc -l; ls /sys/class/net", 5)
     assert r.output.split() == ["1", "lo"]  # only loopback
     attrs = sandbox.container.attrs["HostConfig"]
-    assert attrs["PidsLimit"] == 128 and attrs["Memory"] == 512 * 2**20 and attrs["NanoCpus"] == 10**9
+    assert (
+        attrs["PidsLimit"] == 128 and attrs["Memory"] == 512 * 2**20 and attrs["NanoCpus"] == 10**9
+    )
 
 
 def test_flood_is_cut_with_exact_note(sandbox):
@@ -68,7 +77,10 @@ def test_builtin_busy_loop_restarts_the_shell(sandbox):
 
 def test_killing_or_exiting_the_shell(sandbox):
     r = sandbox.run("kill -9 $$", 5)
-    assert r.shell_restarted and "[the shell exited; a new shell was started in /home/user]" in r.output
+    assert (
+        r.shell_restarted
+        and "[the shell exited; a new shell was started in /home/user]" in r.output
+    )
     r = sandbox.run("exit 7", 5)
     assert r.exit_code == 7 and r.shell_restarted
     assert sandbox.run("echo ok", 5).output == "ok"
@@ -105,8 +117,9 @@ def test_leftover_container_of_a_killed_parent_is_reaped(docker_client, no_leak)
         print("ready", flush=True)
         time.sleep(600)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                            cwd=os.getcwd())
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=os.getcwd()
+    )
     assert proc.stdout.readline().strip() == "ready"
     assert count_sandboxes(docker_client) == no_leak + 1
     # A live owner's container is never reaped.
@@ -141,6 +154,18 @@ def test_ctrl_c_removes_running_sandboxes(docker_client, no_leak):
     assert proc.stdout.readline().strip() == "interrupted"
     proc.wait(timeout=30)
     # atexit removed the containers the process still held.
-    labels = {c.labels.get("es-runner.task") for c in docker_client.containers.list(
-        all=True, filters={"label": LABEL_SANDBOX})}
+    labels = {
+        c.labels.get("es-runner.task")
+        for c in docker_client.containers.list(all=True, filters={"label": LABEL_SANDBOX})
+    }
     assert not labels & {"ctrlc0", "ctrlc1", "ctrlc2"}
+
+
+def test_timeout_kill_from_inside_when_host_cannot_see_processes(docker_client, no_leak):
+    # Where the engine runs elsewhere (remote daemon, rootless), processes are killed by a
+    # python3 helper run in the container with docker exec.
+    with Sandbox(docker_client, BASE, task_id="inside-kill") as sb:
+        sb.host = None
+        r = sb.run("sleep 1000", 1)
+        assert r.timed_out and not r.shell_restarted and "was interrupted" in r.output
+        assert sb.run("echo ok", 5).output == "ok"

@@ -128,9 +128,7 @@ def test_missing_files_and_broken_json(tmp_path):
         load_task(tmp_path / "empty")
 
 
-HARBOR_TOML = (
-    '[verifier]\ntimeout_sec = 60.0\n[agent]\ntimeout_sec = 30\n[environment]\nmemory = "1G"\ncpus = 2\n'
-)
+HARBOR_TOML = '[verifier]\ntimeout_sec = 60.0\n[agent]\ntimeout_sec = 30\n[environment]\nmemory = "1G"\ncpus = 2\n'
 
 
 def write_harbor(root, toml=HARBOR_TOML):

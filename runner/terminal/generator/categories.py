@@ -14,16 +14,64 @@ from collections.abc import Callable
 
 from runner.terminal.generator.spec import HOME, TaskSpec
 
-WORDS = (
-    "alpha bravo cedar delta ember falcon garnet harbor iris jasper kepler lumen maple nova "
-    "orchid pixel quartz raven sierra tango umber velvet willow xenon yarrow zephyr amber "
-    "basalt cobalt dune echo fjord glacier helix indigo juniper krypton lotus meadow nimbus"
-).split()
-PROJECTS = "webapp billing inventory analytics gateway scheduler reports crm ledger portal".split()
+WORDS = [
+    "alpha",
+    "bravo",
+    "cedar",
+    "delta",
+    "ember",
+    "falcon",
+    "garnet",
+    "harbor",
+    "iris",
+    "jasper",
+    "kepler",
+    "lumen",
+    "maple",
+    "nova",
+    "orchid",
+    "pixel",
+    "quartz",
+    "raven",
+    "sierra",
+    "tango",
+    "umber",
+    "velvet",
+    "willow",
+    "xenon",
+    "yarrow",
+    "zephyr",
+    "amber",
+    "basalt",
+    "cobalt",
+    "dune",
+    "echo",
+    "fjord",
+    "glacier",
+    "helix",
+    "indigo",
+    "juniper",
+    "krypton",
+    "lotus",
+    "meadow",
+    "nimbus",
+]
+PROJECTS = [
+    "webapp",
+    "billing",
+    "inventory",
+    "analytics",
+    "gateway",
+    "scheduler",
+    "reports",
+    "crm",
+    "ledger",
+    "portal",
+]
 EXTS = ("txt", "log", "csv", "md", "json", "yaml", "conf", "py")
-REGIONS = "north south east west central".split()
-PRODUCTS = "widget gadget bolt gear valve panel cable sensor".split()
-DEPTS = "eng ops sales hr finance legal".split()
+REGIONS = ["north", "south", "east", "west", "central"]
+PRODUCTS = ["widget", "gadget", "bolt", "gear", "valve", "panel", "cable", "sensor"]
+DEPTS = ["eng", "ops", "sales", "hr", "finance", "legal"]
 
 
 def _words(rng: random.Random, n: int) -> list[str]:
@@ -41,7 +89,8 @@ def archive_create(rng: random.Random) -> TaskSpec:
     archive = f"{HOME}/{proj}_{sub}_backup.tar.gz"
     members = sorted(f"{proj}/{sub}/{n}" for n in names)
     return TaskSpec(
-        "archive_create", _difficulty(len(names), 3),
+        "archive_create",
+        _difficulty(len(names), 3),
         f"The directory {HOME}/{proj}/{sub} holds {len(names)} files. Create a gzip-compressed tar "
         f"archive at {archive} that contains that directory, with member paths relative to "
         f"{HOME} (so listing it shows paths like '{members[0]}'). The files themselves must "
@@ -63,13 +112,23 @@ def archive_create(rng: random.Random) -> TaskSpec:
 def archive_extract(rng: random.Random) -> TaskSpec:
     names = [f"{w}.{rng.choice(EXTS)}" for w in _words(rng, rng.randint(2, 5))]
     contents = {n: f"{n}: {rng.randint(100, 999)}\n" for n in names}
-    bundle, dest = f"{HOME}/incoming/{rng.choice(PROJECTS)}_{rng.choice(WORDS)}.tar.gz", f"{HOME}/{rng.choice(['restore', 'unpacked', 'release'])}"
+    bundle, dest = (
+        f"{HOME}/incoming/{rng.choice(PROJECTS)}_{rng.choice(WORDS)}.tar.gz",
+        f"{HOME}/{rng.choice(['restore', 'unpacked', 'release'])}",
+    )
     post = ["mkdir -p /tmp/bundle_src"]
     for n, c in contents.items():
-        post.append(f"printf '%s' '{c.rstrip()}' > /tmp/bundle_src/{n} && echo >> /tmp/bundle_src/{n}")
-    post += [f"mkdir -p {HOME}/incoming", f"tar -czf {bundle} -C /tmp/bundle_src .", "rm -rf /tmp/bundle_src"]
+        post.append(
+            f"printf '%s' '{c.rstrip()}' > /tmp/bundle_src/{n} && echo >> /tmp/bundle_src/{n}"
+        )
+    post += [
+        f"mkdir -p {HOME}/incoming",
+        f"tar -czf {bundle} -C /tmp/bundle_src .",
+        "rm -rf /tmp/bundle_src",
+    ]
     return TaskSpec(
-        "archive_extract", _difficulty(len(names), 3),
+        "archive_extract",
+        _difficulty(len(names), 3),
         f"Extract the archive {bundle} into the directory {dest} (create it), so that each file "
         f"of the archive ends up directly inside {dest}. Keep the archive.",
         f"{dest} holds {sorted(names)}",
@@ -94,7 +153,8 @@ def text_grep(rng: random.Random) -> TaskSpec:
     count = sum(1 for ln in lines if word in ln.split())
     src, out = f"{HOME}/notes/{rng.choice(WORDS)}_journal.txt", f"{HOME}/notes/{word}_count.txt"
     return TaskSpec(
-        "text_search", _difficulty(len(lines), 20),
+        "text_search",
+        _difficulty(len(lines), 20),
         f"Count how many lines of {src} contain the word '{word}' (as a whole word, case-sensitive) "
         f"and write just that number followed by a newline to {out}.",
         str(count),
@@ -106,23 +166,32 @@ def text_grep(rng: random.Random) -> TaskSpec:
 
 
 def csv_aggregate(rng: random.Random) -> TaskSpec:
-    rows = [(rng.choice(REGIONS), rng.choice(PRODUCTS), rng.randint(1, 500)) for _ in range(rng.randint(6, 30))]
+    rows = [
+        (rng.choice(REGIONS), rng.choice(PRODUCTS), rng.randint(1, 500))
+        for _ in range(rng.randint(6, 30))
+    ]
     totals: Counter[str] = Counter()
     for region, _, amount in rows:
         totals[region] += amount
     d = f"{HOME}/{rng.choice(PROJECTS)}/{rng.choice(['data', 'exports', 'q1', 'q2', 'q3', 'q4'])}"
-    src, out = f"{d}/{rng.choice(WORDS)}_sales.csv", f"{d}/{rng.choice(['region_totals', 'totals', 'by_region'])}.csv"
+    src, out = (
+        f"{d}/{rng.choice(WORDS)}_sales.csv",
+        f"{d}/{rng.choice(['region_totals', 'totals', 'by_region'])}.csv",
+    )
     expected = "region,total\n" + "".join(f"{r},{totals[r]}\n" for r in sorted(totals))
     return TaskSpec(
-        "csv_aggregate", _difficulty(len(rows), 15),
+        "csv_aggregate",
+        _difficulty(len(rows), 15),
         f"{src} has a header line 'region,product,amount' and one sale per line. Write {out} with "
         f"the header 'region,total' and then one line 'REGION,TOTAL' per region with the sum of its "
         f"amounts, ordered by region name (A to Z). No spaces, no other lines.",
         expected,
         {src: "region,product,amount\n" + "".join(f"{r},{p},{a}\n" for r, p, a in rows)},
         f"def test_totals():\n    assert Path({out!r}).read_text() == {expected!r}\n",
-        [f"echo region,total > {out}",
-         f"awk -F, 'NR>1 {{s[$1]+=$3}} END {{for (k in s) print k \",\" s[k]}}' {src} | sort >> {out}"],
+        [
+            f"echo region,total > {out}",
+            f"awk -F, 'NR>1 {{s[$1]+=$3}} END {{for (k in s) print k \",\" s[k]}}' {src} | sort >> {out}",
+        ],
         absent=[out],
     )
 
@@ -130,15 +199,21 @@ def csv_aggregate(rng: random.Random) -> TaskSpec:
 def json_filter(rng: random.Random) -> TaskSpec:
     import json
 
-    users = [{"name": w, "age": rng.randint(18, 70), "active": rng.random() < 0.6}
-             for w in _words(rng, rng.randint(4, 12))]
+    users = [
+        {"name": w, "age": rng.randint(18, 70), "active": rng.random() < 0.6}
+        for w in _words(rng, rng.randint(4, 12))
+    ]
     min_age = rng.choice([21, 25, 30, 35, 40])
     names = sorted(u["name"] for u in users if u["active"] and u["age"] >= min_age)
     d = f"{HOME}/{rng.choice(PROJECTS)}"
-    src, out = f"{d}/{rng.choice(['users', 'accounts', 'members'])}.json", f"{d}/{rng.choice(WORDS)}_eligible.txt"
+    src, out = (
+        f"{d}/{rng.choice(['users', 'accounts', 'members'])}.json",
+        f"{d}/{rng.choice(WORDS)}_eligible.txt",
+    )
     expected = "".join(n + "\n" for n in names)
     return TaskSpec(
-        "json_filter", _difficulty(len(users), 7),
+        "json_filter",
+        _difficulty(len(users), 7),
         f"{src} is a JSON array of objects with keys name, age and active. Write to {out} the names "
         f"of the users that are active and at least {min_age} years old, one per line, sorted A to Z "
         f"(an empty file if there are none).",
@@ -151,18 +226,26 @@ def json_filter(rng: random.Random) -> TaskSpec:
 
 
 def log_status(rng: random.Random) -> TaskSpec:
-    statuses = rng.sample(["200", "201", "301", "302", "400", "401", "403", "404", "500", "503"], rng.randint(2, 5))
+    statuses = rng.sample(
+        ["200", "201", "301", "302", "400", "401", "403", "404", "500", "503"], rng.randint(2, 5)
+    )
     lines, counts = [], Counter()
     for i in range(rng.randint(10, 50)):
         st = rng.choice(statuses)
         counts[st] += 1
         ip = f"10.0.{rng.randint(0, 9)}.{rng.randint(1, 254)}"
-        lines.append(f'{ip} - - [02/Dec/2026:10:{i % 60:02d}:00 +0000] "GET /{rng.choice(WORDS)} HTTP/1.1" {st} {rng.randint(100, 9999)}')
+        lines.append(
+            f'{ip} - - [02/Dec/2026:10:{i % 60:02d}:00 +0000] "GET /{rng.choice(WORDS)} HTTP/1.1" {st} {rng.randint(100, 9999)}'
+        )
     svc = rng.choice(PROJECTS)
-    src, out = f"{HOME}/logs/{svc}_access.log", f"{HOME}/logs/{svc}_{rng.choice(['status', 'codes', 'summary'])}.txt"
+    src, out = (
+        f"{HOME}/logs/{svc}_access.log",
+        f"{HOME}/logs/{svc}_{rng.choice(['status', 'codes', 'summary'])}.txt",
+    )
     expected = "".join(f"{s} {counts[s]}\n" for s in sorted(counts))
     return TaskSpec(
-        "log_analysis", _difficulty(len(lines), 25),
+        "log_analysis",
+        _difficulty(len(lines), 25),
         f"{src} is a web server access log in the common log format. Write {out} with one line "
         f"per HTTP status code that occurs, 'STATUS COUNT' (single space), ordered by status code "
         f"ascending.",
@@ -177,12 +260,19 @@ def log_status(rng: random.Random) -> TaskSpec:
 def permissions(rng: random.Random) -> TaskSpec:
     d = f"{HOME}/{rng.choice(PROJECTS)}"
     scripts = [f"{d}/{w}.sh" for w in _words(rng, rng.randint(1, 3))]
-    confs = [f"{d}/{w}.conf" for w in _words(rng, rng.randint(1, 3)) if f"{d}/{w}.sh" not in scripts]
+    confs = [
+        f"{d}/{w}.conf" for w in _words(rng, rng.randint(1, 3)) if f"{d}/{w}.sh" not in scripts
+    ]
     other = f"{d}/README.md"
-    files = {p: "#!/bin/sh\necho ok\n" for p in scripts} | {p: "key=value\n" for p in confs} | {other: "docs\n"}
+    files = (
+        {p: "#!/bin/sh\necho ok\n" for p in scripts}
+        | {p: "key=value\n" for p in confs}
+        | {other: "docs\n"}
+    )
     smode, cmode = rng.choice(["750", "755", "700"]), rng.choice(["600", "640"])
     return TaskSpec(
-        "permissions", _difficulty(len(files), 3),
+        "permissions",
+        _difficulty(len(files), 3),
         f"In {d}, make every *.sh file mode {smode} and every *.conf file mode {cmode}. Leave "
         f"README.md as it is (mode 644).",
         f"sh={smode} conf={cmode}",
@@ -213,7 +303,8 @@ def find_files(rng: random.Random) -> TaskSpec:
     out = f"{HOME}/found_{ext}.txt"
     expected = "".join(p + "\n" for p in matches)
     return TaskSpec(
-        "find_files", _difficulty(len(files), 8),
+        "find_files",
+        _difficulty(len(files), 8),
         f"Find every regular file under {root} (at any depth) whose name ends in '.{ext}' and write "
         f"their absolute paths to {out}, one per line, sorted in byte order (LC_ALL=C sort).",
         expected,
@@ -232,11 +323,16 @@ def sed_config(rng: random.Random) -> TaskSpec:
     path = f"{HOME}/etc/{rng.choice(PROJECTS)}.conf"
     before = "".join(f"{k}={values[k]}\n" for k in keys)
     after = "".join(
-        f"{k}={new}\n" if k == target else f"# {k}={values[k]}\n" if k == disable else f"{k}={values[k]}\n"
+        f"{k}={new}\n"
+        if k == target
+        else f"# {k}={values[k]}\n"
+        if k == disable
+        else f"{k}={values[k]}\n"
         for k in keys
     )
     return TaskSpec(
-        "sed_config", "easy" if len(keys) < 6 else "medium",
+        "sed_config",
+        "easy" if len(keys) < 6 else "medium",
         f"Edit {path} in place: set the value of '{target}' to {new}, and comment out the '{disable}' "
         f"line by putting '# ' (hash and one space) in front of it. Change nothing else.",
         after,
@@ -247,19 +343,25 @@ def sed_config(rng: random.Random) -> TaskSpec:
 
 
 def awk_columns(rng: random.Random) -> TaskSpec:
-    people = [(w, rng.choice(DEPTS), rng.randint(30, 200) * 1000) for w in _words(rng, rng.randint(5, 15))]
+    people = [
+        (w, rng.choice(DEPTS), rng.randint(30, 200) * 1000) for w in _words(rng, rng.randint(5, 15))
+    ]
     dept = rng.choice([p[1] for p in people])
-    src, out = f"{HOME}/hr/{rng.choice(['staff', 'people', 'roster'])}_{rng.choice(WORDS)}.txt", f"{HOME}/hr/{dept}_salaries.tsv"
+    src, out = (
+        f"{HOME}/hr/{rng.choice(['staff', 'people', 'roster'])}_{rng.choice(WORDS)}.txt",
+        f"{HOME}/hr/{dept}_salaries.tsv",
+    )
     expected = "".join(f"{s}\t{n}\n" for n, d, s in people if d == dept)
     return TaskSpec(
-        "awk_columns", _difficulty(len(people), 9),
+        "awk_columns",
+        _difficulty(len(people), 9),
         f"{src} has one employee per line: name, department and salary separated by spaces. For the "
         f"employees of department '{dept}', write to {out} one line per employee, in file order: "
         f"the salary, a tab, then the name.",
         expected,
         {src: "".join(f"{n} {d} {s}\n" for n, d, s in people)},
         f"def test_tsv():\n    assert Path({out!r}).read_text() == {expected!r}\n",
-        [f"awk '$2 == \"{dept}\" {{print $3 \"\\t\" $1}}' {src} > {out}"],
+        [f'awk \'$2 == "{dept}" {{print $3 "\\t" $1}}\' {src} > {out}'],
         absent=[out],
     )
 
@@ -268,23 +370,34 @@ def script_writing(rng: random.Random) -> TaskSpec:
     name = rng.choice(["count", "tally", "measure", "stat"]) + "_" + rng.choice(WORDS)
     script = f"{HOME}/bin/{name}.sh"
     kind = rng.choice(["nonempty", "words", "sum"])
-    what = {"nonempty": "the number of non-empty lines", "words": "the number of words",
-            "sum": "the sum of the integers (one per line)"}[kind]
-    body = {"nonempty": "grep -c . \"$1\"", "words": "wc -w < \"$1\"", "sum": "awk '{s+=$1} END {print s+0}' \"$1\""}[kind]
+    what = {
+        "nonempty": "the number of non-empty lines",
+        "words": "the number of words",
+        "sum": "the sum of the integers (one per line)",
+    }[kind]
+    body = {
+        "nonempty": 'grep -c . "$1" || true',
+        "words": 'wc -w < "$1"',
+        "sum": "awk '{s+=$1} END {print s+0}' \"$1\"",
+    }[kind]
     cases = []
     for _ in range(3):
         if kind == "sum":
             nums = [rng.randint(-50, 500) for _ in range(rng.randint(1, 6))]
             cases.append(("".join(f"{n}\n" for n in nums), str(sum(nums))))
         else:
-            lines = [" ".join(rng.sample(WORDS, rng.randint(0, 4))) for _ in range(rng.randint(1, 6))]
+            lines = [
+                " ".join(rng.sample(WORDS, rng.randint(0, 4))) for _ in range(rng.randint(1, 6))
+            ]
             text = "".join(ln + "\n" for ln in lines)
             val = sum(1 for ln in lines if ln) if kind == "nonempty" else len(text.split())
             cases.append((text, str(val)))
     return TaskSpec(
-        "script_writing", "medium",
+        "script_writing",
+        "medium",
         f"Write an executable bash script {script} that takes a file path as its only argument and "
-        f"prints {what} in that file, as a bare number followed by a newline.",
+        f"prints {what} in that file, as a bare number followed by a newline, and exits with "
+        f"status 0 (also when the number is 0).",
         body,
         {},
         f"def test_script(tmp_path):\n"
@@ -295,8 +408,11 @@ def script_writing(rng: random.Random) -> TaskSpec:
         f"        out = subprocess.run([{script!r}, str(f)], capture_output=True, text=True, timeout=10)\n"
         f"        assert out.returncode == 0\n"
         f"        assert out.stdout.strip() == want\n",
-        [f"mkdir -p {HOME}/bin", f"printf '%s\\n' '#!/bin/bash' '{body.replace(chr(39), chr(39) + chr(92) + chr(39) + chr(39))}' > {script}",
-         f"chmod +x {script}"],
+        [
+            f"mkdir -p {HOME}/bin",
+            f"printf '%s\\n' '#!/bin/bash' '{body.replace(chr(39), chr(39) + chr(92) + chr(39) + chr(39))}' > {script}",
+            f"chmod +x {script}",
+        ],
         absent=[script],
     )
 
@@ -306,9 +422,12 @@ def processes(rng: random.Random) -> TaskSpec:
     app = f"{HOME}/app"
     script, pidfile = f"{app}/{name}.sh", f"{app}/{name}.pid"
     beat = rng.choice([1, 2, 3])
-    files = {script: f"#!/bin/bash\nwhile true; do date +%s > {app}/{name}.beat; sleep {beat}; done\n"}
+    files = {
+        script: f"#!/bin/bash\nwhile true; do date +%s > {app}/{name}.beat; sleep {beat}; done\n"
+    }
     return TaskSpec(
-        "processes", "medium",
+        "processes",
+        "medium",
         f"Start {script} as a background process that keeps running after your command returns "
         f"(its output can be discarded), and write its process id to {pidfile}.",
         pidfile,
@@ -324,14 +443,20 @@ def processes(rng: random.Random) -> TaskSpec:
 
 
 def symlinks(rng: random.Random) -> TaskSpec:
-    versions = sorted({f"{rng.randint(1, 3)}.{rng.randint(0, 12)}.{rng.randint(0, 9)}" for _ in range(rng.randint(2, 5))},
-                      key=lambda v: tuple(int(x) for x in v.split(".")))
+    versions = sorted(
+        {
+            f"{rng.randint(1, 3)}.{rng.randint(0, 12)}.{rng.randint(0, 9)}"
+            for _ in range(rng.randint(2, 5))
+        },
+        key=lambda v: tuple(int(x) for x in v.split(".")),
+    )
     rel = f"{HOME}/{rng.choice(PROJECTS)}/releases"
     files = {f"{rel}/v{v}/VERSION": f"{v}\n" for v in versions}
     newest = f"{rel}/v{versions[-1]}"
     link = f"{HOME}/{rng.choice(['current', 'live', 'active', 'stable'])}_{rng.choice(WORDS)}"
     return TaskSpec(
-        "symlinks", _difficulty(len(versions), 3),
+        "symlinks",
+        _difficulty(len(versions), 3),
         f"{rel} holds one directory per release (v<major>.<minor>.<patch>). Create a symbolic link "
         f"{link} that points to the absolute path of the newest release directory (highest version "
         f"by numeric comparison).",
@@ -350,7 +475,8 @@ def dedupe_sort(rng: random.Random) -> TaskSpec:
     src, out = f"{d}/{rng.choice(WORDS)}_raw.txt", f"{d}/{rng.choice(WORDS)}_unique.txt"
     expected = "".join(w + "\n" for w in sorted(set(lines)))
     return TaskSpec(
-        "dedupe_sort", _difficulty(len(lines), 15),
+        "dedupe_sort",
+        _difficulty(len(lines), 15),
         f"Write to {out} every distinct line of {src} exactly once, sorted A to Z.",
         expected,
         {src: "".join(w + "\n" for w in lines)},

@@ -13,7 +13,9 @@ from runner.terminal.generator.spec import TaskSpec
 SPLITS = (("train", 0.8), ("validation", 0.1), ("test", 0.1))
 
 
-def generate_specs(n: int, seed: int, categories: list[str] | None = None) -> list[tuple[str, TaskSpec]]:
+def generate_specs(
+    n: int, seed: int, categories: list[str] | None = None
+) -> list[tuple[str, TaskSpec]]:
     """``n`` distinct (task_id, spec) pairs, categories in rotation; same seed, same tasks."""
     names = categories or list(CATEGORIES)
     unknown = [c for c in names if c not in CATEGORIES]
@@ -26,7 +28,9 @@ def generate_specs(n: int, seed: int, categories: list[str] | None = None) -> li
         for attempt in range(100):
             rng = random.Random(f"{seed}:{i}:{attempt}")
             spec = CATEGORIES[category](rng)
-            digest = hashlib.sha256((spec.description + spec.container_def() + spec.final_test()).encode()).hexdigest()
+            digest = hashlib.sha256(
+                (spec.description + spec.container_def() + spec.final_test()).encode()
+            ).hexdigest()
             if digest not in seen:
                 seen.add(digest)
                 out.append((f"gen_{category}_{digest[:10]}", spec))
@@ -36,7 +40,9 @@ def generate_specs(n: int, seed: int, categories: list[str] | None = None) -> li
     return out
 
 
-def write_tasks(out_dir: str | Path, n: int, seed: int, categories: list[str] | None = None) -> list[Path]:
+def write_tasks(
+    out_dir: str | Path, n: int, seed: int, categories: list[str] | None = None
+) -> list[Path]:
     root = Path(out_dir)
     root.mkdir(parents=True, exist_ok=True)
     specs = generate_specs(n, seed, categories)
@@ -51,7 +57,16 @@ def write_tasks(out_dir: str | Path, n: int, seed: int, categories: list[str] | 
         (root / f"{name}.txt").write_text("".join(t + "\n" for t in chunk))
         counts[name] = len(chunk)
         start = end
-    (root / "manifest.json").write_text(json.dumps(
-        {"seed": seed, "n": n, "splits": counts,
-         "categories": sorted({spec.category for _, spec in specs})}, indent=2) + "\n")
+    (root / "manifest.json").write_text(
+        json.dumps(
+            {
+                "seed": seed,
+                "n": n,
+                "splits": counts,
+                "categories": sorted({spec.category for _, spec in specs}),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     return paths
