@@ -187,7 +187,10 @@ def main() -> None:
     t_small = timed(lambda: small._apply_entries(rec.entries), dev, args.repeats)
 
     def line(name: str, gbs: float) -> str:
-        return f"  {name:<22} {gbs:7.3f} GB/s   {gbs / randn_gbs:6.2f} x randn   {gbs / copy_gbs:6.3f} x copy"
+        return (
+            f"  {name:<14} {gbs:7.3f} GB/s  {gbs / randn_gbs:5.2f} x randn  "
+            f"{gbs / block_gbs:5.2f} x block-randn  {gbs / copy_gbs:6.3f} x copy"
+        )
 
     print(f"device={dev} dtype={args.dtype} params={p / 1e6:.1f}M ({model_bytes / 2**20:.0f} MiB "
           f"working, {4 * p / 2**20:.0f} MiB fp32 master) chunk={args.chunk} threads={args.threads} "
