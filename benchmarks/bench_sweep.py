@@ -1,10 +1,11 @@
 """Scenarios per second of ``staleness-sim sweep`` on the published setting, per backend.
 
 The sweep: configs/sim/paper_async1.yaml (G = 4, N = 30, 256 episodes over 32 sessions,
-120 updates) over workers {4, 8, 16, 32, 64} x 200 seeds = 1,000 scenarios by default.
-Target: 1,000 scenarios in under a minute on a 2-core machine.
+120 updates) at 1,000 seeds by default; ``--workers 4 8 16 32 64`` spreads the same number
+of scenarios over several worker counts. Target: 1,000 scenarios of the published setting
+in under a minute on a 2-core machine.
 
-    python benchmarks/bench_sweep.py [--n 1000] [--jobs N] [--backends local ray]
+    python benchmarks/bench_sweep.py [--n 1000] [--jobs N] [--backends local ray] [--workers G ...]
 
 Prints, per backend: wall time, scenarios per second, and the speed-up over one process
 running the scenarios back to back (measured on a sample); Ray's start-up is timed apart.
@@ -25,15 +26,13 @@ sys.path.insert(0, str(REPO))
 from staleness_sim.config import read_yaml, validate  # noqa: E402
 from staleness_sim.sweep import run_batch, run_sweep  # noqa: E402
 
-WORKERS = [4, 8, 16, 32, 64]
 
-
-def sweep_of(n: int) -> dict:
-    seeds = -(-n // len(WORKERS))  # ceil: n scenarios, or a few more
+def sweep_of(n: int, workers: list[int]) -> dict:
+    seeds = -(-n // len(workers))  # ceil: n scenarios, or a few more
     return {
         "name": "bench",
         "base": read_yaml(REPO / "configs" / "sim" / "paper_async1.yaml"),
-        "grid": {"workers": WORKERS},
+        "grid": {"workers": workers},
         "seeds": list(range(seeds)),
     }
 
@@ -41,9 +40,10 @@ def sweep_of(n: int) -> dict:
 def serial_rate(sweep: dict, sample: int = 20) -> float:
     """Scenarios per second in this process, no pool: the baseline."""
     base = validate(sweep["base"])
+    workers = sweep["grid"]["workers"]
     items = []
     for i in range(sample):
-        sc = base.model_copy(update={"seed": i, "workers": WORKERS[i % len(WORKERS)]})
+        sc = base.model_copy(update={"seed": 10_000 + i, "workers": workers[i % len(workers)]})
         items.append((str(i), sc.model_dump(mode="json", exclude_none=True)))
     run_batch(items[:2])  # warm up imports
     start = time.perf_counter()
@@ -56,11 +56,12 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=1000, help="scenarios (default 1000)")
     ap.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--backends", nargs="+", default=["local", "ray"], choices=["local", "ray"])
+    ap.add_argument("--workers", type=int, nargs="+", default=[4], metavar="G")
     args = ap.parse_args()
-    sweep = sweep_of(args.n)
-    n = len(WORKERS) * len(sweep["seeds"])
+    sweep = sweep_of(args.n, args.workers)
+    n = len(args.workers) * len(sweep["seeds"])
     serial = serial_rate(sweep)
-    print(f"published setting, {n} scenarios, {args.jobs} jobs")
+    print(f"published setting at G = {args.workers}: {n} scenarios, {args.jobs} jobs")
     print(f"  one process, back to back: {serial:7.1f} scenarios/s")
     for backend in args.backends:
         extra = ""
