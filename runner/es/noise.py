@@ -81,14 +81,21 @@ def fill_noise(
     block: int = DEFAULT_BLOCK,
     generator: torch.Generator | None = None,
     hasher: hashlib.blake2b | None = None,
+    numel: int | None = None,
 ) -> torch.Tensor:
     """Write elements ``[start, start + out.numel())`` of the stream into the 1-D fp32 ``out``.
 
     ``start`` must be a multiple of ``block``. ``out`` may end mid-block only at the end of
-    the tensor (the last block is shorter); callers pass whole blocks otherwise.
+    the tensor (the last block is shorter; a shorter draw is not a prefix of a longer one);
+    pass the tensor's ``numel`` to have that checked.
     """
     if start % block:
         raise ValueError(f"start {start} is not a multiple of the noise block {block}")
+    if numel is not None and out.numel() % block and start + out.numel() != numel:
+        raise ValueError(
+            f"elements [{start}, {start + out.numel()}) end inside a noise block of a tensor of "
+            f"{numel} elements; only the tensor's last block may be partial"
+        )
     if out.dtype != torch.float32 or out.dim() != 1:
         raise ValueError("out must be a 1-D float32 tensor")
     gen = generator if generator is not None else torch.Generator(device=out.device)
@@ -112,4 +119,4 @@ def tensor_noise(
 ) -> torch.Tensor:
     """The whole stream of one tensor as a new 1-D fp32 tensor (for tests and small tensors)."""
     out = torch.empty(numel, dtype=torch.float32, device=device)
-    return fill_noise(out, seed, name, 0, block=block)
+    return fill_noise(out, seed, name, 0, block=block, numel=numel)

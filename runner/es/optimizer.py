@@ -228,6 +228,7 @@ class ESOptimizer:
                 block=self.noise_block,
                 generator=ws.generator(master.device),
                 hasher=hashers[i],
+                numel=self._params[i].numel(),
             )
             # Separate mul and add (no fused multiply-add) so the rounding of every element
             # is the same whatever the chunking, vector width or thread count.
@@ -271,6 +272,7 @@ class ESOptimizer:
                     block=self.noise_block,
                     generator=gen,
                     hasher=hashers[k][i],
+                    numel=self._params[i].numel(),
                 )
                 noise.mul_(coef)
                 acc.add_(noise)

@@ -30,6 +30,13 @@ def test_fill_noise_from_any_block_start_equals_the_whole_stream():
     assert torch.equal(out, whole[768:1280])
     with pytest.raises(ValueError, match="multiple of the noise block"):
         fill_noise(out, 7, "w", 100, block=256)
+    # A partial block is only allowed at the tensor's end: its draw is not a prefix.
+    tail = torch.empty(2000 - 1792)
+    fill_noise(tail, 7, "w", 1792, block=256, numel=2000)
+    assert torch.equal(tail, whole[1792:])
+    assert not torch.equal(tensor_noise(7, "w", 100, block=256), whole[:100])
+    with pytest.raises(ValueError, match="only the tensor's last block"):
+        fill_noise(torch.empty(100), 7, "w", 0, block=256, numel=2000)
 
 
 def test_block_seeds_are_not_python_hash_and_differ_by_every_input():
