@@ -148,7 +148,8 @@ def _agent_loop(
 ) -> None:
     messages = initial_messages(task)
     t_start = time.perf_counter()
-    deadline = time.monotonic() + config.episode_timeout_s
+    # The task's own agent timeout (upstream config) can only shorten the episode.
+    deadline = time.monotonic() + min(config.episode_timeout_s, task.limits.agent_timeout_s)
     for index in range(config.max_turns):
         if ABORT.is_set():
             record.error = "aborted"

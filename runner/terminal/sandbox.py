@@ -310,7 +310,9 @@ class Sandbox:
         self._drain()
         self._cmd_counter += 1
         cid = self._cmd_counter
-        data = command.encode()
+        # bash's read drops NUL bytes without counting them, which would desynchronise
+        # the byte count below; a shell command cannot contain NUL anyway.
+        data = command.replace("\x00", "").encode()
         sentinel = f"__ES_DONE_{self.shell.nonce}_{cid}"
         wrapper = (
             f"LC_ALL=C IFS= read -r -d '' -N {len(data)} __es_cmd; "

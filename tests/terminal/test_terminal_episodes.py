@@ -150,3 +150,31 @@ def test_cli_env_check(docker_client, generated, tmp_path):
     proc = _cli("env", "check", str(broken))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "task.json is not valid JSON" in proc.stderr
+
+
+def test_ctrl_c_during_run_episodes_leaves_no_container(docker_client, generated, no_leak):
+    import os
+    import signal
+    import textwrap
+    import time
+
+    paths = [str(p) for p in list(generated.values())[:4]]
+    code = textwrap.dedent(f"""
+        from runner.terminal.episode import EpisodeConfig, run_episodes
+        from runner.terminal.loaders import load_task
+        from runner.terminal.protocol import ScriptedAgent
+        jobs = [(load_task(p), ScriptedAgent(["echo started", "sleep 300"])) for p in {paths!r}]
+        run_episodes(jobs, concurrency=2, config=EpisodeConfig(command_timeout_s=120))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    from runner.terminal.reaper import count_sandboxes
+
+    deadline = time.monotonic() + 120
+    while count_sandboxes(docker_client) < no_leak + 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert count_sandboxes(docker_client) == no_leak + 2
+    time.sleep(1.5)  # both episodes are now inside 'sleep 300'
+    os.kill(proc.pid, signal.SIGINT)
+    proc.wait(timeout=60)
+    assert proc.returncode != 0 and "KeyboardInterrupt" in proc.stderr.read()
+    # no_leak then checks that the engine holds no container of ours beyond the baseline.
