@@ -204,7 +204,8 @@ def _run(
     folder = store.folder
     old_axes = _old_axes(folder)
     done_keys = set(store.finished(old_axes)["key"])
-    todo = [r for r in runs if r.key not in done_keys]
+    # identical scenarios reached by two points (e.g. a repeated axis value) run once
+    todo = list({r.key: r for r in runs if r.key not in done_keys}.values())
     atomic_write(folder / SWEEP_INFO, lambda p: p.write_text(json.dumps(spec.describe(), indent=2)))
     if todo:
         size = batch or batch_size(len(todo), jobs)
@@ -230,7 +231,8 @@ def _run(
             bar.close()
     table = store.consolidate(points_frame(spec, runs), old_axes)
     lags = pd.read_parquet(folder / "lag_hists.parquet")
-    return SweepOutput(folder, table, lags, ran=len(todo), reused=len(runs) - len(todo))
+    reused = sum(r.key in done_keys for r in runs)
+    return SweepOutput(folder, table, lags, ran=len(todo), reused=reused)
 
 
 def points_frame(spec: SweepSpec, runs: list[Run]) -> pd.DataFrame:

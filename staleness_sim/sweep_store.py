@@ -96,7 +96,7 @@ class ResultStore:
         folded = sorted(self.parts.glob("part-*.parquet")) if self.parts.is_dir() else []
         done = self.finished(axes_of_table)
         done = done.drop(columns=[c for c in points.columns if c in done.columns and c != "key"])
-        table = points.merge(done, on="key", how="inner", validate="one_to_one")
+        table = points.merge(done, on="key", how="inner", validate="many_to_one")
         table = table.sort_values(["point", "seed"], kind="stable").reset_index(drop=True)
         front = [c for c in points.columns if c != "key"] + ["seed"]
         table = table[front + [c for c in table.columns if c not in front and c != "key"] + ["key"]]

@@ -113,3 +113,13 @@ def test_cli_sweep_writes_results_and_prints_one_summary_line(
     assert len(lines) == 1 and "simulated 8, reused 0" in lines[0]
     assert len(pd.read_parquet(tmp_path / "o" / "results.parquet")) == 8
     validate(json.loads(pd.read_parquet(tmp_path / "o" / "results.parquet")["scenario"][0]))
+
+
+def test_points_with_identical_scenarios_are_simulated_once(tmp_path, tiny_sweep, count_runs):
+    out = run_sweep(
+        tiny_sweep(grid={"workers": [2, 2, 3]}, seeds=[0]), tmp_path, jobs=1, progress=False
+    )
+    assert count_runs["n"] == 2 and out.ran == 2
+    assert out.results["point"].tolist() == [0, 1, 2]
+    first, second = out.results.iloc[0], out.results.iloc[1]
+    assert first["key"] == second["key"] and summary_of_row(first) == summary_of_row(second)

@@ -108,3 +108,15 @@ def test_paper_sweep_covers_workers_bound_and_tail():
 def test_malformed_sweeps_name_the_problem(tiny_sweep, overrides, field):
     with pytest.raises(ConfigError, match=field):
         parse_sweep(tiny_sweep(**overrides), source="s.yaml")
+
+
+def test_the_run_limit_counts_points_times_seeds(tiny_sweep):
+    from staleness_sim.sweep_spec import MAX_RUNS, check_size
+
+    spec = parse_sweep(tiny_sweep(grid={"workers": list(range(1, 50_001))}, seeds=[0, 1]))
+    assert spec.n_runs == 100_000 == MAX_RUNS
+    check_size(spec, yes=False)  # exactly at the limit: allowed
+    spec = parse_sweep(tiny_sweep(grid={"workers": list(range(1, 50_002))}, seeds=[0, 1]))
+    with pytest.raises(ConfigError, match="100,002 runs"):
+        check_size(spec, yes=False)
+    check_size(spec, yes=True)
