@@ -73,6 +73,21 @@ def timed(fn: Callable[[], object], device: str, repeats: int) -> float:
     return min(times)
 
 
+def interleaved(
+    fa: Callable[[], object], fb: Callable[[], object], device: str, repeats: int
+) -> tuple[float, float]:
+    """Best times of two calls timed alternately, so that both see the same machine load."""
+    ta, tb = [], []
+    for _ in range(repeats + 1):
+        for fn, out in ((fa, ta), (fb, tb)):
+            sync(device)
+            t0 = time.perf_counter()
+            fn()
+            sync(device)
+            out.append(time.perf_counter() - t0)
+    return min(ta[1:]), min(tb[1:])
+
+
 def _rss_kib(field: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -184,7 +199,13 @@ def main() -> None:
                         threads=args.threads, hash_base=False)  # fmt: skip
     nmax = max(ns)
     rec = small.make_update([(1000 + s, float(s % 5), 0) for s in range(nmax)])
-    t_small = timed(lambda: small._apply_entries(rec.entries), dev, args.repeats)
+    rec_big = opt.make_update([(1000 + s, float(s % 5), opt.version) for s in range(nmax)])
+    t_small, t_big = interleaved(
+        lambda: small._apply_entries(rec.entries),
+        lambda: opt._apply_entries(rec_big.entries),
+        dev,
+        args.repeats,
+    )
 
     def line(name: str, gbs: float) -> str:
         return (
@@ -206,9 +227,12 @@ def main() -> None:
     per = {n: t_update[n] / (n * p) * 1e9 for n in ns}
     print("update cost: " + ", ".join(f"N={n}: {t_update[n]:.3f} s" for n in ns)
           + "; ns per (seed x param): " + ", ".join(f"{per[n]:.2f}" for n in ns))  # fmt: skip
-    print(f"  size scaling at N={nmax}: {p / 4 / 1e6:.1f}M params {t_small:.3f} s vs "
-          f"{p / 1e6:.1f}M params {t_update[nmax]:.3f} s (ratio {t_update[nmax] / t_small:.2f}, "
-          f"linear would be {p / small.num_parameters:.2f})")  # fmt: skip
+    ns_small = t_small / (nmax * small.num_parameters) * 1e9
+    ns_big = t_big / (nmax * p) * 1e9
+    print(f"  size scaling at N={nmax}, timed alternately: {small.num_parameters / 1e6:.1f}M params "
+          f"{t_small:.3f} s ({ns_small:.2f} ns per seed x param) vs {p / 1e6:.1f}M params "
+          f"{t_big:.3f} s ({ns_big:.2f} ns); time ratio {t_big / t_small:.2f} for "
+          f"{p / small.num_parameters:.2f}x the parameters")  # fmt: skip
     print("  theory: N noise regenerations + one master pass, t ~ N x params / noise_rate + "
           "params / copy_rate: linear in N and in the model size")  # fmt: skip
     if args.threads == 1 and dev == "cpu":
