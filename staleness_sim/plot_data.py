@@ -30,6 +30,7 @@ class SweepData:
     axes: tuple[str, ...] = ()
     base: dict[str, Any] | None = None
     zip_groups: tuple[tuple[str, ...], ...] = ()  # axes varied together move together
+    name: str = ""
 
     def __post_init__(self) -> None:
         if "workers" not in self.results.columns:  # every figure can group by G

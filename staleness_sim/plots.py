@@ -35,7 +35,8 @@ def load(folder: str | Path) -> SweepData:
     info = json.loads((folder / SWEEP_INFO).read_text()) if (folder / SWEEP_INFO).exists() else {}
     axes = tuple(a for a in info.get("axes", []) if a in results.columns)
     groups = tuple(tuple(a for a in g if a in axes) for g in info.get("zip", []))
-    return SweepData(results, lags, axes, info.get("base", {}), groups)
+    name = info.get("name") or (str(results["name"].iloc[0]) if len(results) else folder.name)
+    return SweepData(results, lags, axes, info.get("base", {}), groups, name)
 
 
 def policy_style(labels) -> dict:

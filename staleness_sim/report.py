@@ -69,7 +69,7 @@ def write_report(
         if len(table) > len(shown)
         else ""
     )
-    name = str(res["name"].iloc[0]) if len(res) else folder.name
+    name = data.name
     axes_text = ", ".join(f"`{a}` ({res[a].nunique()} values)" for a in data.axes) or "none"
     intro = (
         f"{len(res)} runs: {res['point'].nunique()} points x {res['seed'].nunique()} seeds. "
