@@ -103,17 +103,19 @@ def run_local(batches: list[Batch], jobs: int) -> Iterator[list[dict[str, Any]]]
             yield run_batch(b)
         return
     import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
 
     # fork: workers inherit the imported modules, so a pool starts in milliseconds
-    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
-    try:
-        futures = [pool.submit(run_batch, b) for b in batches]
-        for f in as_completed(futures):
-            yield f.result()
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    # Workers ignore Ctrl-C: the parent alone handles it and terminates the pool (leaving the
+    # with-block), so an interrupted pool cannot hang on a worker that died mid-handshake.
+    with ctx.Pool(min(jobs, len(batches)), initializer=_ignore_sigint) as pool:
+        yield from pool.imap_unordered(run_batch, batches)
+
+
+def _ignore_sigint() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def import_ray():
