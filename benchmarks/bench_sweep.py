@@ -37,8 +37,14 @@ def sweep_of(n: int, workers: list[int]) -> dict:
     }
 
 
-def serial_rate(sweep: dict, sample: int = 20) -> float:
-    """Scenarios per second in this process, no pool: the baseline."""
+def cpu_seconds() -> float:
+    """CPU time of this process and its reaped children (pool workers), user + system."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def serial_rate(sweep: dict, sample: int = 20) -> tuple[float, float]:
+    """Scenarios per second in this process, no pool (the baseline), and CPU s per scenario."""
     base = validate(sweep["base"])
     workers = sweep["grid"]["workers"]
     items = []
@@ -46,9 +52,9 @@ def serial_rate(sweep: dict, sample: int = 20) -> float:
         sc = base.model_copy(update={"seed": 10_000 + i, "workers": workers[i % len(workers)]})
         items.append((str(i), sc.model_dump(mode="json", exclude_none=True)))
     run_batch(items[:2])  # warm up imports
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), cpu_seconds()
     run_batch(items)
-    return sample / (time.perf_counter() - start)
+    return sample / (time.perf_counter() - start), (cpu_seconds() - cpu) / sample
 
 
 def main() -> int:
@@ -60,9 +66,10 @@ def main() -> int:
     args = ap.parse_args()
     sweep = sweep_of(args.n, args.workers)
     n = len(args.workers) * len(sweep["seeds"])
-    serial = serial_rate(sweep)
+    serial, serial_cpu = serial_rate(sweep)
     print(f"published setting at G = {args.workers}: {n} scenarios, {args.jobs} jobs")
-    print(f"  one process, back to back: {serial:7.1f} scenarios/s")
+    print(f"  load average now: {os.getloadavg()[0]:.1f} (other processes share these cores)")
+    print(f"  one process, back to back: {serial:7.1f} scenarios/s, {serial_cpu:.3f} CPU s each")
     for backend in args.backends:
         extra = ""
         if backend == "ray":
@@ -79,9 +86,10 @@ def main() -> int:
             )
             extra = f" (+ {time.perf_counter() - t0:.1f} s Ray start-up)"
         with tempfile.TemporaryDirectory() as out:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), cpu_seconds()
             result = run_sweep(sweep, out, jobs=args.jobs, backend=backend, progress=False)
             wall = time.perf_counter() - start
+            cpu = (cpu_seconds() - cpu) / n
         if backend == "ray":
             ray.shutdown()
         assert result.ran == n
@@ -90,6 +98,12 @@ def main() -> int:
             f"  {backend:5s}: {wall:6.1f} s for {n} = {rate:7.1f} scenarios/s{extra}; "
             f"{rate / serial:.2f}x one process; 1,000 in {1000 / rate:.1f} s"
         )
+        if backend == "local":  # Ray's workers are not our children: their CPU is not seen
+            idle = args.jobs / cpu
+            print(
+                f"         {cpu:.3f} CPU s per scenario (pool included); on {args.jobs} idle cores "
+                f"that is {idle:.1f} scenarios/s, 1,000 in {1000 / idle:.0f} s"
+            )
     return 0
 
 
