@@ -24,6 +24,7 @@ RESULTS = "results.parquet"
 LAG_HISTS = "lag_hists.parquet"
 SWEEP_INFO = "sweep.json"
 PARTS = "parts"
+UNUSED_PART = "part-0-unused.parquet"
 # columns that describe a point of this sweep, not the run's result
 POINT_COLUMNS = ("point", "key")
 
@@ -94,8 +95,11 @@ class ResultStore:
         """Join this sweep's runs (``points``: point, axes..., key) with their finished results,
         write results.parquet and lag_hists.parquet, then drop the folded-in part files."""
         folded = sorted(self.parts.glob("part-*.parquet")) if self.parts.is_dir() else []
-        done = self.finished(axes_of_table)
-        done = done.drop(columns=[c for c in points.columns if c in done.columns and c != "key"])
+        finished = self.finished(axes_of_table)
+        unused = finished[~finished["key"].isin(points["key"])]
+        done = finished.drop(
+            columns=[c for c in points.columns if c in finished.columns and c != "key"]
+        )
         table = points.merge(done, on="key", how="inner", validate="many_to_one")
         table = table.sort_values(["point", "seed"], kind="stable").reset_index(drop=True)
         front = [c for c in points.columns if c != "key"] + ["seed"]
@@ -104,8 +108,14 @@ class ResultStore:
         self.folder.mkdir(parents=True, exist_ok=True)
         atomic_write(self.folder / LAG_HISTS, lambda p: lags.to_parquet(p, index=False))
         atomic_write(self.results_path, lambda p: table.to_parquet(p, index=False))
+        # finished runs of an earlier, different sweep in this folder: kept for a later re-run
+        kept = self.parts / UNUSED_PART
+        if len(unused):
+            self.parts.mkdir(parents=True, exist_ok=True)
+            atomic_write(kept, lambda p: unused.to_parquet(p, index=False))
         for part in folded:
-            part.unlink(missing_ok=True)
+            if part != kept or unused.empty:
+                part.unlink(missing_ok=True)
         if self.parts.is_dir() and not any(self.parts.iterdir()):
             self.parts.rmdir()
         return table

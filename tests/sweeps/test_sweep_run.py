@@ -123,3 +123,15 @@ def test_points_with_identical_scenarios_are_simulated_once(tmp_path, tiny_sweep
     assert out.results["point"].tolist() == [0, 1, 2]
     first, second = out.results.iloc[0], out.results.iloc[1]
     assert first["key"] == second["key"] and summary_of_row(first) == summary_of_row(second)
+
+
+def test_runs_of_an_earlier_sweep_in_the_folder_are_kept_for_later(
+    tmp_path, tiny_sweep, count_runs
+):
+    run_sweep(tiny_sweep(), tmp_path, jobs=1, progress=False)  # workers 2 and 4
+    narrow = tiny_sweep(grid={"workers": [4], "policy": tiny_sweep()["grid"]["policy"]})
+    out = run_sweep(narrow, tmp_path, jobs=1, progress=False)
+    assert out.ran == 0 and set(out.results["workers"]) == {4} and len(out.results) == 4
+    back = run_sweep(tiny_sweep(), tmp_path, jobs=1, progress=False)
+    assert back.ran == 0 and back.reused == 8 and count_runs["n"] == 8
+    assert not (tmp_path / "parts").exists()
