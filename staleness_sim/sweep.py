@@ -204,11 +204,9 @@ def _run(
     batch: int | None,
 ) -> SweepOutput:
     folder = store.folder
-    old_axes = _old_axes(folder)
-    done_keys = set(store.finished(old_axes)["key"])
+    done_keys = set(store.finished()["key"])
     # identical scenarios reached by two points (e.g. a repeated axis value) run once
     todo = list({r.key: r for r in runs if r.key not in done_keys}.values())
-    atomic_write(folder / SWEEP_INFO, lambda p: p.write_text(json.dumps(spec.describe(), indent=2)))
     if todo:
         size = batch or batch_size(len(todo), jobs)
         batches = [
@@ -231,7 +229,8 @@ def _run(
                 bar.update(len(rows))
         finally:
             bar.close()
-    table = store.consolidate(points_frame(spec, runs), old_axes)
+    table = store.consolidate(points_frame(spec, runs))
+    atomic_write(folder / SWEEP_INFO, lambda p: p.write_text(json.dumps(spec.describe(), indent=2)))
     lags = pd.read_parquet(folder / "lag_hists.parquet")
     reused = sum(r.key in done_keys for r in runs)
     return SweepOutput(folder, table, lags, ran=len(todo), reused=reused)
@@ -251,14 +250,6 @@ def _as_spec(sweep: dict[str, Any] | str | Path) -> SweepSpec:
     if isinstance(sweep, dict):
         return parse_sweep(sweep, source="sweep", folder=Path.cwd())
     return load_sweep(sweep)
-
-
-def _old_axes(folder: Path) -> list[str]:
-    info = folder / SWEEP_INFO
-    try:
-        return list(json.loads(info.read_text()).get("axes", []))
-    except (OSError, ValueError):
-        return []
 
 
 # -- command line -----------------------------------------------------------------------

@@ -25,8 +25,6 @@ LAG_HISTS = "lag_hists.parquet"
 SWEEP_INFO = "sweep.json"
 PARTS = "parts"
 UNUSED_PART = "part-0-unused.parquet"
-# columns that describe a point of this sweep, not the run's result
-POINT_COLUMNS = ("point", "key")
 
 
 def atomic_write(path: Path, write) -> None:
@@ -66,13 +64,13 @@ class ResultStore:
                     f"{self.results_path}: cannot read the existing results ({e})"
                 ) from None
 
-    def finished(self, axes_of_table: list[str] | None = None) -> pd.DataFrame:
+    def finished(self) -> pd.DataFrame:
         """Every finished result row (results table and parts), one per key, result columns only."""
         frames = []
         if self.results_path.exists():
             table = pd.read_parquet(self.results_path)
-            drop = [c for c in (*POINT_COLUMNS[:1], *(axes_of_table or ())) if c in table.columns]
-            frames.append(table.drop(columns=drop))
+            # the table is: point, axis columns, then seed and the result columns
+            frames.append(table.loc[:, "seed":])
         if self.parts.is_dir():
             frames += [pd.read_parquet(p) for p in sorted(self.parts.glob("part-*.parquet"))]
         frames = [f for f in frames if len(f)]
@@ -89,13 +87,11 @@ class ResultStore:
         atomic_write(path, lambda p: frame.to_parquet(p, index=False))
         return path
 
-    def consolidate(
-        self, points: pd.DataFrame, axes_of_table: list[str] | None = None
-    ) -> pd.DataFrame:
+    def consolidate(self, points: pd.DataFrame) -> pd.DataFrame:
         """Join this sweep's runs (``points``: point, axes..., key) with their finished results,
         write results.parquet and lag_hists.parquet, then drop the folded-in part files."""
         folded = sorted(self.parts.glob("part-*.parquet")) if self.parts.is_dir() else []
-        finished = self.finished(axes_of_table)
+        finished = self.finished()
         unused = finished[~finished["key"].isin(points["key"])]
         done = finished.drop(
             columns=[c for c in points.columns if c in finished.columns and c != "key"]
