@@ -135,3 +135,16 @@ def test_runs_of_an_earlier_sweep_in_the_folder_are_kept_for_later(
     back = run_sweep(tiny_sweep(), tmp_path, jobs=1, progress=False)
     assert back.ran == 0 and back.reused == 8 and count_runs["n"] == 8
     assert not (tmp_path / "parts").exists()
+
+
+def test_published_setting_row_equals_run_with_set(tmp_path, write_sweep, capsys):
+    from pathlib import Path
+
+    config = Path(__file__).resolve().parents[2] / "configs" / "sim" / "paper_async1.yaml"
+    sweep = {"base": str(config), "grid": {"policy.max_lag": [2]}, "seeds": [3]}
+    out = run_sweep(sweep, tmp_path, jobs=1, progress=False)
+    assert (
+        cli.main(["run", str(config), "--set", "policy.max_lag=2", "--set", "seed=3", "--json"])
+        == 0
+    )
+    assert summary_of_row(out.results.iloc[0]) == json.loads(capsys.readouterr().out)
