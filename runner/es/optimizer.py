@@ -213,23 +213,31 @@ class ESOptimizer:
         for fut in [self._pool.submit(worker, k) for k in range(self.threads)]:
             fut.result()
 
+    def _noise_chunk(
+        self, i: int, start: int, end: int, ws: _Workspace, seed: int, hasher
+    ) -> torch.Tensor:
+        """eps(seed) of parameter i, elements [start, end), in the thread's noise buffer."""
+        device = self._masters[i].device
+        noise = ws.get("noise", device, self.chunk_size)[: end - start]
+        fill_noise(
+            noise,
+            seed,
+            self._names[i],
+            start,
+            block=self.noise_block,
+            generator=ws.generator(device),
+            hasher=hasher,
+            numel=self._params[i].numel(),
+        )
+        return noise
+
     @torch.no_grad()
     def _write_perturbed(self, seed: int, scale: float) -> None:
         hashers = [stream_hasher(seed, name) for name in self._names]
 
         def fn(i: int, start: int, end: int, ws: _Workspace) -> None:
             master = self._masters[i][start:end]
-            noise = ws.get("noise", master.device, self.chunk_size)[: end - start]
-            fill_noise(
-                noise,
-                seed,
-                self._names[i],
-                start,
-                block=self.noise_block,
-                generator=ws.generator(master.device),
-                hasher=hashers[i],
-                numel=self._params[i].numel(),
-            )
+            noise = self._noise_chunk(i, start, end, ws, seed, hashers[i])
             # Separate mul and add (no fused multiply-add) so the rounding of every element
             # is the same whatever the chunking, vector width or thread count.
             noise.mul_(scale)
@@ -259,21 +267,10 @@ class ESOptimizer:
 
         def fn(i: int, start: int, end: int, ws: _Workspace) -> None:
             master = self._masters[i][start:end]
-            noise = ws.get("noise", master.device, self.chunk_size)[: end - start]
             acc = ws.get("acc", master.device, self.chunk_size)[: end - start]
             acc.zero_()
-            gen = ws.generator(master.device)
             for k, (seed, coef) in enumerate(entries):
-                fill_noise(
-                    noise,
-                    seed,
-                    self._names[i],
-                    start,
-                    block=self.noise_block,
-                    generator=gen,
-                    hasher=hashers[k][i],
-                    numel=self._params[i].numel(),
-                )
+                noise = self._noise_chunk(i, start, end, ws, seed, hashers[k][i])
                 noise.mul_(coef)
                 acc.add_(noise)
             # The whole update is summed first, then added once: small terms are not rounded
