@@ -17,11 +17,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_ctrl_c_keeps_finished_batches_and_resume_completes(tmp_path, tiny_sweep, write_sweep):
-    # 240 runs of about 20 ms in batches of 4: a few seconds of work, interrupted early
+    # 480 runs of about 20 ms in batches of 4: a few seconds of work, interrupted early
     sweep = tiny_sweep(
         set={"updates": 40},
         grid={"workers": [2, 3, 4, 6], "policy.max_lag": [0, 1, 2]},
-        seeds=list(range(20)),
+        seeds=list(range(40)),
     )
     path = write_sweep(sweep)
     out = tmp_path / "out"
@@ -43,10 +43,10 @@ def test_ctrl_c_keeps_finished_batches_and_resume_completes(tmp_path, tiny_sweep
     assert err.strip().splitlines()[-1] == "staleness-sim: interrupted"
     assert not (out / "results.parquet").exists()
     finished = sum(len(pd.read_parquet(p)) for p in out.glob("parts/part-*.parquet"))
-    assert 12 <= finished < 240
+    assert 12 <= finished < 480
     done = subprocess.run(
         [*cmd, "--jobs", "2"], cwd=REPO, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
-    assert f"simulated {240 - finished}, reused {finished}" in done.stdout
-    assert len(pd.read_parquet(out / "results.parquet")) == 240
+    assert f"simulated {480 - finished}, reused {finished}" in done.stdout
+    assert len(pd.read_parquet(out / "results.parquet")) == 480
