@@ -521,6 +521,7 @@ def makespan(durations: np.ndarray, concurrency: int) -> np.ndarray:
 # Below this many jobs, a per-job heap beats the lockstep loop's fixed per-step cost
 # (measured: 23 us vs 295 us for one job of 256 episodes over 32 sessions).
 _SMALL_BATCH = 8
+_LOCKSTEP_JOBS = 2048
 
 
 def _heap_makespan(durations: list[float], sessions: int) -> float:
@@ -539,13 +540,20 @@ def _makespan_episode_major(dt: np.ndarray, concurrency: int) -> np.ndarray:
     c = min(concurrency, n_eps)
     if n_jobs <= _SMALL_BATCH:
         return np.array([_heap_makespan(dt[:, i].tolist(), c) for i in range(n_jobs)])
-    free = dt[:c].T.copy()  # (n_jobs, c): when each session next frees up
-    flat = free.ravel()  # view, so flat indexing updates `free`
-    base = np.arange(n_jobs) * c
-    # Each remaining episode goes to its job's earliest-free session; rows run in lockstep.
-    for k in range(c, n_eps):
-        flat[base + free.argmin(axis=1)] += dt[k]
-    return free.max(axis=1)
+    out = np.empty(n_jobs)
+    base = np.arange(min(n_jobs, _LOCKSTEP_JOBS)) * c
+    # Jobs in slices whose session table stays in cache (measured: 2,048 jobs of 32 sessions
+    # take ~20 % less time per job than 16,384 at once).
+    for lo in range(0, n_jobs, _LOCKSTEP_JOBS):
+        part = dt[:, lo : lo + _LOCKSTEP_JOBS]
+        free = part[:c].T.copy()  # (jobs, c): when each session next frees up
+        flat = free.ravel()  # view, so flat indexing updates `free`
+        idx = base[: part.shape[1]]
+        # Each remaining episode goes to its job's earliest-free session; rows in lockstep.
+        for k in range(c, n_eps):
+            flat[idx + free.argmin(axis=1)] += part[k]
+        out[lo : lo + part.shape[1]] = free.max(axis=1)
+    return out
 
 
 class DirectJob:

@@ -36,6 +36,8 @@ from .durations import DirectJob, EpisodicJob, make_duration
 from .policies import Accept, Cohort, Defer, Discard, Start, make_policy
 from .trace import Trace, TraceRecorder
 
+_VERDICT_NAMES = {Accept: "accepted", Discard: "discarded", Defer: "deferred"}
+
 
 def make_job(spec: JobSpec) -> DirectJob | EpisodicJob:
     if spec.duration is not None:
@@ -117,6 +119,7 @@ class Simulation:
         self._running: dict[int, simpy.Process] = {}
         self._cancelled: dict[int, str] = {}  # cancelled before they started running
         self._state = [("idle", 0.0)] * sc.workers
+        self._time_in = dict.fromkeys(("busy", "idle", "syncing"), 0.0)
         self._finished = False
         self._done = env.event()
         for w in range(sc.workers):
@@ -175,17 +178,16 @@ class Simulation:
 
     def _land(self, job: int) -> None:
         verdict = self.policy.on_result(job)
+        name = _VERDICT_NAMES[type(verdict)]
         self.rec.set_job(
-            job, completion_version=self.policy.version, lag=verdict.lag, reason=verdict.reason
+            job,
+            completion_version=self.policy.version,
+            lag=verdict.lag,
+            reason=verdict.reason,
+            verdict=name,
         )
-        if isinstance(verdict, Accept):
-            self.rec.set_job(job, verdict="accepted")
-        elif isinstance(verdict, Discard):
-            self.rec.set_job(job, verdict="discarded")
-            self.counters.discarded += 1
-        elif isinstance(verdict, Defer):
-            self.rec.set_job(job, verdict="deferred")
-            self.counters.deferred += 1
+        if name != "accepted":  # accepted results are counted when their cohort commits
+            setattr(self.counters, name, getattr(self.counters, name) + 1)
         while self.policy.ready() and not self._finished:
             self._commit(self.policy.commit())
 
@@ -231,9 +233,9 @@ class Simulation:
         self._state[w] = (state, self.env.now)
 
     def _close(self, w: int, state: str, start: float, end: float) -> None:
-        self.rec.interval(w, state, start, end)
-        attr = f"{state}_s"
-        setattr(self.counters, attr, getattr(self.counters, attr) + (end - start))
+        if end > start:
+            self.rec.interval(w, state, start, end)
+            self._time_in[state] += end - start
 
     def _finish(self) -> Trace:
         end = self.env.now
@@ -243,6 +245,7 @@ class Simulation:
             self.rec.set_job(job, end_time=end, reason="run ended")
         c = self.counters
         c.cancelled = len(self.rec.jobs["job_id"]) - c.accepted - c.discarded - c.deferred
+        c.busy_s, c.idle_s, c.syncing_s = (self._time_in[s] for s in ("busy", "idle", "syncing"))
         meta = {
             "source": "simulation",
             "workers": self.scenario.workers,

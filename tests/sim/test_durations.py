@@ -181,6 +181,13 @@ def test_makespan_equals_heap_simulation(episodes: int, sessions: int) -> None:
             np.testing.assert_array_equal(makespan(d[:rows], sessions), want[:rows])
 
 
+def test_makespan_of_many_jobs_spans_several_lockstep_slices() -> None:
+    d = rng(11).lognormal(0.0, 1.0, (5000, 40))  # more jobs than one cache-sized slice
+    got = makespan(d, 6)
+    picks = [0, 2047, 2048, 4095, 4096, 4999]  # either side of each slice boundary
+    np.testing.assert_array_equal(got[picks], [heap_makespan(d[i], 6) for i in picks])
+
+
 def test_episodic_job_is_makespan_of_its_draws() -> None:
     episode = make_duration({"dist": "lognormal", "median": 40.0, "sigma": 1.0, "cap": 300.0})
     job = EpisodicJob(episode, episodes=64, concurrency=8)
