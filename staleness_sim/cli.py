@@ -19,8 +19,8 @@ import pandas as pd
 
 from .config import ConfigError, Scenario, load_scenario
 from .engine import simulate
-from .metrics import summarize
 from .report import add_report_arguments, report_command
+from .summary import policy_label, run_summary, trace_summary
 from .sweep import add_sweep_arguments, sweep_command
 from .trace import TraceError
 
@@ -54,15 +54,10 @@ def _add_set(p: argparse.ArgumentParser) -> None:
     )
 
 
-def run_summary(scenario: Scenario) -> dict[str, Any]:
-    """The summary of one scenario, as ``run --json`` prints it."""
-    return {"name": scenario.name, "seed": scenario.seed, **summarize(simulate(scenario))}
-
-
 def _run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.config, args.sets)
     trace = simulate(scenario)
-    summary = {"name": scenario.name, "seed": scenario.seed, **summarize(trace)}
+    summary = trace_summary(scenario, trace)
     if args.out:
         trace.write(args.out)
         (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -152,17 +147,6 @@ def compare_table(scenarios: list[Scenario]) -> pd.DataFrame:
         base[g] / h if h > 0 else math.nan for g, h in zip(table["G"], table["hours"], strict=True)
     ]
     return table
-
-
-def policy_label(sc: Scenario) -> str:
-    p = sc.policy
-    label = {
-        "sync": lambda: "sync",
-        "unbounded": lambda: "unbounded",
-        "bounded": lambda: f"bounded(max_lag={p.max_lag},{p.on_stale})",
-        "controlled_delay": lambda: f"delay({p.fraction:g}x{p.delay})",
-    }[p.kind]()
-    return label + (f"+drain{sc.drain_every}" if sc.drain_every else "")
 
 
 def _compare(args: argparse.Namespace) -> int:

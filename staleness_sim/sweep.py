@@ -27,6 +27,7 @@ from typing import Any
 
 import pandas as pd
 
+from . import summary
 from .config import ConfigError, validate
 from .sweep_spec import Run, SweepSpec, axis_value, load_sweep, parse_sweep
 from .sweep_store import SWEEP_INFO, ResultStore, atomic_write
@@ -49,14 +50,12 @@ class SweepOutput:
 
 def result_row(key: str, scenario: dict[str, Any]) -> dict[str, Any]:
     """Simulate one scenario; its ``run --json`` summary, flattened for a table."""
-    from .cli import policy_label, run_summary  # lazy: cli imports this module
-
     sc = validate(scenario, key)
     row: dict[str, Any] = {}
-    for k, v in run_summary(sc).items():
+    for k, v in summary.run_summary(sc).items():
         # histograms as JSON text: round-trips through Parquet, keys become strings as in --json
         row[k] = json.dumps(v) if isinstance(v, dict) else v
-    row["policy_label"] = policy_label(sc)
+    row["policy_label"] = summary.policy_label(sc)
     row["policy_kind"] = sc.policy.kind
     row["scenario"] = json.dumps(scenario, sort_keys=True)
     row["key"] = key

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 import staleness_sim.cli as cli
+import staleness_sim.summary as summary
 from staleness_sim.config import validate
 from staleness_sim.sweep import run_sweep, summary_of_row
 from staleness_sim.sweep_spec import parse_sweep
@@ -19,7 +20,7 @@ from staleness_sim.sweep_spec import parse_sweep
 def count_runs(monkeypatch):
     """Count simulations; optionally fail at the n-th (simulating a crash or Ctrl-C)."""
     calls = {"n": 0, "fail_at": None}
-    real = cli.run_summary
+    real = summary.run_summary
 
     def counted(scenario):
         calls["n"] += 1
@@ -27,7 +28,7 @@ def count_runs(monkeypatch):
             raise KeyboardInterrupt
         return real(scenario)
 
-    monkeypatch.setattr(cli, "run_summary", counted)
+    monkeypatch.setattr(summary, "run_summary", counted)
     return calls
 
 
