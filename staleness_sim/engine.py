@@ -167,6 +167,7 @@ class Simulation:
                 self.rec.set_job(job, reason="landed after the last update")
             else:
                 self._land(job)
+        self._set_state(w, "idle")  # the run is over for this worker: idle until the end
 
     def _pump(self) -> None:
         """Serve waiting workers in order until the policy says Wait."""

@@ -182,3 +182,26 @@ def test_common_random_numbers_across_policies(make_scenario):
     db = (b.jobs.end_time - b.jobs.start_time).dropna()
     n = min(len(da), len(db)) - 8  # the last jobs may be cut at the end of the run
     np.testing.assert_allclose(da.iloc[:n].to_numpy(), db.iloc[:n].to_numpy())
+
+
+def test_a_worker_that_lands_during_the_last_update_idles_until_the_end(make_scenario):
+    # constant 1 s jobs, 2 workers, cohort 1, updates of 5 s: both first results land at
+    # t = 1 and commit versions 1 and 2 (applied at 6 and 11, so the run ends at 11);
+    # worker 0's second job runs 6-7 on version 1 and lands while the last update applies
+    trace = simulate(
+        make_scenario(
+            workers=2,
+            cohort=1,
+            updates=2,
+            update_seconds=5.0,
+            **{"job.duration": {"dist": "constant", "value": 1.0}},
+        )
+    )
+    wall = trace.updates.time.iloc[-1]
+    late = trace.jobs[trace.jobs.reason == "landed after the last update"]
+    assert len(late) >= 1 and (late.verdict == "cancelled").all()
+    for worker in late.worker:
+        w = trace.workers[trace.workers.worker == worker]
+        last = w.iloc[-1]
+        assert last.state == "idle" and last.end == pytest.approx(wall)
+        assert last.start == pytest.approx(late[late.worker == worker].end_time.max())
