@@ -107,6 +107,7 @@ class Evaluator:
         self._abort = threading.Event()
         self._thread: threading.Thread | None = None
         self._backend: GenerationBackend | None = None
+        self._busy = 0
         self.failures: list[str] = []
 
     def wanted(self, version: int) -> bool:
@@ -142,6 +143,7 @@ class Evaluator:
             if item is None:
                 break
             version, log_ = item
+            self._busy = 1
             try:
                 if self._backend is None or self._backend.version > version:
                     if self._backend is not None:
@@ -163,10 +165,16 @@ class Evaluator:
             except Exception as exc:  # noqa: BLE001 - evaluation never stops training
                 log.error("evaluation of version %d failed: %s", version, exc, exc_info=exc)
                 self.failures.append(f"version {version}: {exc}")
+            finally:
+                self._busy = 0
         if batcher is not None:
             batcher.close()
         if self._backend is not None:
             self._backend.close()
+
+    def pending(self) -> int:
+        """Versions queued or being evaluated."""
+        return self._queue.qsize() + self._busy
 
     def close(self, wait: bool) -> None:
         """Finish the queued evaluations (``wait``), or abandon them (an interrupted run)."""

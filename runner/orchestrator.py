@@ -100,6 +100,8 @@ class Orchestrator:
             self.state.replay(ev)
         if self.state.finished:
             return RunOutcome("finished", self.state.version, "the run had already finished")
+        if self.evaluator is not None:  # versions a stopped run did not get to evaluate
+            self.evaluator.schedule_missing(self.state.version, self.state.log)
         resumed = bool(self.state.segments)
         self.journal = Journal(self.run_dir.journal_path)
         try:

@@ -157,8 +157,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         orch = Orchestrator(
             run, config, pool, client, builder, progress=progress, evaluator=evaluator
         )
-        if evaluator is not None:
-            evaluator.schedule_missing(orch.state.version, orch.state.log)
         try:
             outcome = orch.run()
         except RunFailed as exc:
@@ -166,6 +164,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             return 1
         finally:
             if evaluator is not None:
+                if orch.state.finished and evaluator.pending():
+                    print(f"es-runner: finishing {evaluator.pending()} evaluation(s)")
                 evaluator.close(wait=orch.state.finished)
         print(f"{outcome.status}: version {outcome.version} of {config.updates} ({outcome.reason})")
         print(format_run_table(run, config))

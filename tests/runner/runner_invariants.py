@@ -14,7 +14,12 @@ from staleness_sim.trace import VERDICTS, Trace
 
 
 def journal(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "journal.jsonl").read_text().splitlines()]
+    """The journal's complete events (a line torn by a kill is left out)."""
+    events = []
+    for line in (run / "journal.jsonl").read_text().splitlines(keepends=True):
+        if line.endswith("\n"):
+            events.append(json.loads(line))
+    return events
 
 
 def check_run(run: Path, *, cohort: int, updates: int, workers: int, max_lag: int | None = None):

@@ -68,9 +68,13 @@ def resumed_run(engine, tmp_path_factory, tiny_model, task_dir):
     config.write_text(yaml.safe_dump(base))
     run = tmp / "run"
     proc = start(str(config), "--out", str(run))
-    before = wait_for(run, proc, commits=1, running=True)
+    wait_for(run, proc, commits=1, running=True)
+    deadline = time.monotonic() + 120
+    while not containers_of(engine, proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)  # kill while episodes are live, so containers are left behind
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
+    before = journal(run)
     left = containers_of(engine, proc.pid)
     resumed = cli("train", "--resume", str(run), "--no-progress")
     return {
