@@ -30,7 +30,8 @@ USER_ERRORS = (ConfigError, TraceError, FileNotFoundError, ValueError)
 
 
 def _add_run(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", help="scenario YAML file")
+    p.add_argument("config", nargs="?", help="scenario YAML file (or --from-run RUN_DIR)")
+    _add_from_run(p, many=False)
     _add_set(p)
     p.add_argument(
         "--out",
@@ -53,8 +54,58 @@ def _add_set(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_from_run(p: argparse.ArgumentParser, many: bool) -> None:
+    p.add_argument(
+        "--from-run",
+        dest="from_runs",
+        action="append" if many else "store",
+        default=[] if many else None,
+        type=Path,
+        metavar="RUN_DIR",
+        help="build the scenario from a measured run: its fitted durations and measured costs"
+        + (" (repeatable)" if many else ""),
+    )
+    p.add_argument(
+        "--durations",
+        choices=("empirical", "fitted", "episodes"),
+        default="empirical",
+        help="with --from-run: the job-duration model (default: empirical)",
+    )
+    p.add_argument(
+        "--version-effect",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="with --from-run: a duration factor shared by jobs of one version that start "
+        "together (default auto: when the run shows one)",
+    )
+    _add_capacity(p, "with --from-run: ")
+
+
+def _add_capacity(p: argparse.ArgumentParser, prefix: str = "") -> None:
+    p.add_argument(
+        "--capacity",
+        type=float,
+        metavar="C",
+        help=prefix + "the workers shared one machine that runs C jobs at full speed "
+        "(contention; measured durations become solo durations)",
+    )
+
+
+def _from_run(folder: Path, args: argparse.Namespace, sets: list[str]) -> Scenario:
+    from .validation import scenario_from_run
+
+    return scenario_from_run(
+        folder, sets, args.durations, "aic", args.version_effect, args.capacity
+    )
+
+
 def _run(args: argparse.Namespace) -> int:
-    scenario = load_scenario(args.config, args.sets)
+    if (args.config is None) == (args.from_runs is None):
+        raise ConfigError("give a scenario file or --from-run RUN_DIR (exactly one)")
+    if args.from_runs is not None:
+        scenario = _from_run(args.from_runs, args, args.sets)
+    else:
+        scenario = load_scenario(args.config, args.sets)
     trace = simulate_scenario(scenario)
     summary = trace_summary(scenario, trace)
     if args.out:
@@ -115,7 +166,8 @@ def _queue_rows(s: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 def _add_compare(p: argparse.ArgumentParser) -> None:
-    p.add_argument("configs", nargs="+", help="scenario YAML files (e.g. one per policy)")
+    p.add_argument("configs", nargs="*", help="scenario YAML files (e.g. one per policy)")
+    _add_from_run(p, many=True)
     _add_set(p)
     p.add_argument(
         "--workers",
@@ -154,10 +206,13 @@ def compare_table(scenarios: list[Scenario]) -> pd.DataFrame:
 
 def _compare(args: argparse.Namespace) -> int:
     variants = [[]] + [[f"policy={p}"] for p in args.policies] if args.policies else [[]]
+    if not args.configs and not args.from_runs:
+        raise ConfigError("give scenario files and/or --from-run RUN_DIR")
     scenarios = []
     for g in args.workers or [None]:
         sets = args.sets + ([f"workers={g}"] if g is not None else [])
         scenarios += [load_scenario(c, sets + v) for c in args.configs for v in variants]
+        scenarios += [_from_run(r, args, sets + v) for r in args.from_runs for v in variants]
     table = compare_table(scenarios)
     if args.out:
         table.to_csv(args.out, index=False)
@@ -191,7 +246,8 @@ def _add_fit(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--column",
-        help="column of durations (default: the only numeric column; for a trace, job durations)",
+        help="column of durations (default: the only numeric column; for a trace folder: "
+        "jobs, the completed jobs' durations, or episodes)",
     )
     p.add_argument("--criterion", choices=("aic", "bic"), default="aic")
     p.add_argument("--plot", type=Path, help="write a goodness-of-fit figure (PNG) here")
@@ -202,25 +258,104 @@ def _fit(args: argparse.Namespace) -> int:
     from .durations import read_column
     from .fitting import fit_durations
 
+    censored = None
     if args.data.is_dir():
-        from .trace import Trace
-
-        jobs = Trace.read(args.data).jobs.dropna(subset=["start_time", "end_time"])
-        values = (jobs["end_time"] - jobs["start_time"]).to_numpy()
+        values, censored = _trace_durations(args.data, args.column)
     else:
         values = read_column(args.data, args.column)
         values = values[~np.isnan(values)]  # empty cells are missing measurements
-    result = fit_durations(values, criterion=args.criterion)
+    result = fit_durations(values, criterion=args.criterion, censored=censored)
     if args.plot:
         result.plot(args.plot)
     best = result.best.model_dump(exclude_none=True)
     if args.json:
         print(
-            json.dumps({"best": best, "table": json.loads(result.table.to_json(orient="records"))})
+            json.dumps(
+                {
+                    "best": best,
+                    "table": json.loads(result.table.to_json(orient="records")),
+                    "n": int(values.size),
+                    "censored": result.n_censored,
+                }
+            )
         )
     else:
         print(result.table.to_string(index=False))
+        if result.n_censored:
+            print(f"\n{result.n_censored} of {values.size} durations censored (cut by a timeout)")
         print(f"\nbest by {args.criterion.upper()}: {json.dumps(best)}")
+    return 0
+
+
+def _trace_durations(folder: Path, column: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """Durations of a trace folder's completed jobs (cancelled ones are not durations), or
+    with ``--column episodes`` of its episodes; a job or episode cut by its timeout is
+    censored (a lower bound)."""
+    from .validation import completed_jobs, job_durations, read_run
+
+    run = read_run(folder)
+    if column in (None, "jobs"):
+        values, censored, _ = job_durations(run)
+        return values, censored
+    if column == "episodes":
+        if run.episodes is None:
+            raise ValueError(f"{folder}: no episodes.parquet")
+        eps = run.episodes[run.episodes["job_id"].isin(set(completed_jobs(run)["job_id"]))]
+        return (
+            eps["duration_s"].to_numpy(dtype=float),
+            eps["timed_out"].astype(bool).to_numpy(),
+        )
+    raise ValueError(f"--column for a trace folder: jobs or episodes (got {column!r})")
+
+
+# -- validate -------------------------------------------------------------------------
+
+
+def _add_validate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", type=Path, help="a measured run (or any trace folder)")
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    p.add_argument(
+        "--replicates", type=int, default=20, metavar="R", help="simulations (default 20)"
+    )
+    p.add_argument("--plot", type=Path, metavar="DIR", help="write the figures (PNG) here")
+    p.add_argument(
+        "--durations",
+        choices=("empirical", "fitted", "episodes"),
+        default="empirical",
+        help="job-duration model: the measured durations resampled (default), the family "
+        "chosen by --criterion, or fitted episodes composed into jobs",
+    )
+    p.add_argument("--criterion", choices=("aic", "bic"), default="aic")
+    p.add_argument(
+        "--version-effect",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="a duration factor shared by jobs of one version that start together "
+        "(default auto: when the run's ANOVA test shows one)",
+    )
+    _add_capacity(p)
+    _add_set(p)
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from .validation import validate_run, write_plots
+
+    v = validate_run(
+        args.run_dir,
+        replicates=args.replicates,
+        durations=args.durations,
+        criterion=args.criterion,
+        version_effect=args.version_effect,
+        sets=args.sets,
+        capacity=args.capacity,
+    )
+    paths = write_plots(v, args.plot) if args.plot else []
+    if args.json:
+        print(json.dumps(v.to_json()))
+    else:
+        print(v.format())
+        for path in paths:
+            print(f"figure: {path}")
     return 0
 
 
@@ -232,6 +367,11 @@ COMMANDS: dict[
     "run": ("simulate one scenario", _add_run, _run),
     "compare": ("simulate several scenarios side by side (the main job)", _add_compare, _compare),
     "fit": ("fit a duration model to measured durations by maximum likelihood", _add_fit, _fit),
+    "validate": (
+        "replay a measured run through the simulator and report each prediction's error",
+        _add_validate,
+        _validate,
+    ),
     "sweep": (
         "run a sweep of scenarios in parallel, resumably",
         add_sweep_arguments,

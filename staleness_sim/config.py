@@ -73,6 +73,27 @@ class JobSpec(_Strict):
         return self
 
 
+class VersionEffect(_Strict):
+    """A factor shared by the jobs of one dispatch version that start together.
+
+    The first job of version v to start opens a group at its start time t0; the jobs of v
+    that start before t0 + ``window`` join it, a later one opens the next group. Each
+    group draws one ``factor`` (mean about 1) that multiplies its jobs' durations. Without
+    ``window`` a group is the whole version.
+    """
+
+    factor: DurationSpec
+    window: Annotated[float, Field(gt=0)] | None = None
+
+
+class Contention(_Strict):
+    """Workers that share one machine: with k jobs busy, each progresses at
+    min(1, capacity / k) of its solo speed (processor sharing), and job durations are
+    solo durations. ``capacity``: how many jobs the machine runs at full speed at once."""
+
+    capacity: Annotated[float, Field(gt=0)]
+
+
 class Scenario(_Strict):
     name: str = "scenario"
     seed: Annotated[int, Field(ge=0)] = 0
@@ -84,6 +105,16 @@ class Scenario(_Strict):
     update_seconds: Annotated[float, Field(ge=0.0)] = 0.0
     sync_seconds: Annotated[float, Field(ge=0.0)] = 0.0
     drain_every: Annotated[int, Field(ge=0)] = 0
+    # Opt-in modelling of measured runs (unset: the model above, unchanged).
+    # dispatch_seconds: a fixed latency between a worker being handed a job and the job
+    # starting (the controller's bookkeeping, journal and table writes), spent syncing.
+    dispatch_seconds: Annotated[float, Field(ge=0.0)] | None = None
+    # version_effect: jobs of one dispatch version share their tasks and sampling seed
+    # (common random numbers), and jobs that run side by side share the machine, so their
+    # durations move together: see VersionEffect.
+    version_effect: VersionEffect | None = None
+    # contention: workers share one machine (a CPU run): see Contention.
+    contention: Contention | None = None
 
 
 # -- loading --------------------------------------------------------------------------

@@ -19,6 +19,15 @@ Conventions for simultaneous events (tested in ``tests/sim/test_engine.py``):
    recorded as ``syncing``.
 4. The run ends when the last update's weights are available. Jobs still running then,
    and results landing while the last update is applied, are ``cancelled``.
+
+Two opt-in keys model measured runs (unset, nothing changes): ``dispatch_seconds`` is
+added to every job's wait before it starts (recorded as ``syncing``), and
+``version_effect`` multiplies the duration of each job by a factor drawn once for each
+group of jobs of one dispatch version that start together (from a stream of its own, so
+job durations stay common random numbers). ``contention`` makes busy jobs share one
+machine: with k busy, each progresses at min(1, capacity / k) of its solo speed, the
+durations drawn being solo durations (processor sharing, rescheduled at every start,
+finish and cancel).
 """
 
 from __future__ import annotations
@@ -108,6 +117,15 @@ class Simulation:
         self.job = self.durations.job
         self.on_commit = on_commit
         self.counters = Counters()
+        self._dispatch_s = scenario.dispatch_seconds or 0.0
+        self._factors = None
+        if scenario.version_effect is not None:  # its own stream: job draws are unchanged
+            effect = scenario.version_effect
+            self._factors = DurationStream(
+                DirectJob(make_duration(effect.factor)), np.random.default_rng([scenario.seed, 1])
+            )
+            self._window = effect.window if effect.window is not None else float("inf")
+        self._capacity = scenario.contention.capacity if scenario.contention else None
 
     def run(self) -> Trace:
         sc = self.scenario
@@ -121,6 +139,10 @@ class Simulation:
         self._state = [("idle", 0.0)] * sc.workers
         self._time_in = dict.fromkeys(("busy", "idle", "syncing"), 0.0)
         self._finished = False
+        self._groups: dict[int, tuple[float, int]] = {}  # version -> (opened at, group)
+        self._n_groups = 0
+        self._shared: dict[int, list] = {}  # contention: job -> [work left, done event]
+        self._shared_at, self._shared_token = 0.0, 0
         self._done = env.event()
         for w in range(sc.workers):
             env.process(self._worker(w))
@@ -146,6 +168,8 @@ class Simulation:
             ready = max(env.now, self._available[version]) + self.scenario.sync_seconds * (
                 version - synced
             )
+            if self._dispatch_s:
+                ready += self._dispatch_s
             synced = version
             if ready > env.now:
                 self._set_state(w, "syncing")
@@ -157,18 +181,79 @@ class Simulation:
             self.rec.set_job(job, start_time=env.now)
             self._running[job] = env.active_process
             try:
-                yield env.timeout(self.durations[job])
+                duration = self.durations[job]
+                if self._factors is not None:
+                    duration *= self._factors[self._group(version)]
+                if self._capacity is None:
+                    yield env.timeout(duration)
+                else:
+                    yield self._share(job, duration)
             except simpy.Interrupt as stop:
                 self.rec.set_job(job, end_time=env.now, reason=str(stop.cause))
                 continue
             finally:
                 self._running.pop(job, None)
+                if job in self._shared:  # cancelled while sharing the machine
+                    self._unshare(job)
             self.rec.set_job(job, end_time=env.now)
             if self._finished:
                 self.rec.set_job(job, reason="landed after the last update")
             else:
                 self._land(job)
         self._set_state(w, "idle")  # the run is over for this worker: idle until the end
+
+    # -- contention: processor sharing of one machine ------------------------------
+    def _rate(self) -> float:
+        k = len(self._shared)
+        return min(1.0, self._capacity / k) if k else 1.0
+
+    def _advance(self) -> None:
+        """Take the work done since the last change off every busy job."""
+        now = self.env.now
+        done = (now - self._shared_at) * self._rate()
+        if done > 0:
+            for entry in self._shared.values():
+                entry[0] -= done
+        self._shared_at = now
+
+    def _share(self, job: int, work: float) -> simpy.Event:
+        self._advance()
+        event = self.env.event()
+        self._shared[job] = [work, event]
+        self._reschedule()
+        return event
+
+    def _unshare(self, job: int) -> None:
+        self._advance()
+        del self._shared[job]
+        self._reschedule()
+
+    def _reschedule(self) -> None:
+        """Arm a timer for the next job to finish at the current rate (older timers lapse)."""
+        self._shared_token += 1
+        if not self._shared:
+            return
+        left = min(entry[0] for entry in self._shared.values())
+        timer = self.env.timeout(max(0.0, left) / self._rate())
+        timer.callbacks.append(lambda _, token=self._shared_token: self._finish_shared(token))
+
+    def _finish_shared(self, token: int) -> None:
+        if token != self._shared_token:
+            return
+        self._advance()
+        left = min(entry[0] for entry in self._shared.values())
+        for job in [j for j, e in self._shared.items() if e[0] <= left + 1e-9]:
+            self._shared.pop(job)[1].succeed()
+        self._reschedule()
+
+    def _group(self, version: int) -> int:
+        """The factor group of a job of ``version`` starting now (version_effect)."""
+        now = self.env.now
+        group = self._groups.get(version)
+        if group is None or now - group[0] >= self._window:
+            group = self._groups[version] = (now, self._n_groups)
+            self._n_groups += 1
+        return group[1]
 
     def _pump(self) -> None:
         """Serve waiting workers in order until the policy says Wait."""

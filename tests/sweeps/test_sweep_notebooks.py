@@ -30,5 +30,20 @@ def test_notebook_executes(path):
     assert images >= 3, f"{path.name}: expected figures in the outputs, got {images}"
 
 
-def test_the_two_notebooks_exist():
-    assert {p.name for p in NOTEBOOKS} >= {"whatif_sweeps.ipynb", "lag_vs_success.ipynb"}
+def test_the_notebooks_exist():
+    assert {p.name for p in NOTEBOOKS} >= {
+        "whatif_sweeps.ipynb",
+        "lag_vs_success.ipynb",
+        "sim_vs_real.ipynb",
+    }
+
+
+@pytest.mark.parametrize("name", ["sim_vs_real.ipynb", "lag_vs_success.ipynb"])
+def test_the_real_run_notebooks_read_the_committed_example_run(name):
+    # they run on the measured example run in the repository, not on a run made for them
+    nb = nbformat.read(NOTEBOOKS[0].parent / name, as_version=4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert '"examples" / "runs" / "cpu_tiny_bounded"' in text
+    example = NOTEBOOKS[0].parents[1] / "examples" / "runs" / "cpu_tiny_bounded"
+    for table in ("jobs", "updates", "workers", "episodes", "eval"):
+        assert (example / f"{table}.parquet").is_file(), table
