@@ -147,6 +147,9 @@ def register_env(sub: argparse._SubParsersAction) -> None:
     which.add_argument("--index", type=int, default=None, help="the rollout to replay (default 0)")
     which.add_argument("--all", action="store_true", help="replay every rollout")
     check.add_argument("--concurrency", type=int, default=4, help="rollouts replayed at once")
+    check.add_argument(
+        "--json", action="store_true", help="accepted for symmetry: the report is always JSON"
+    )
     _episode_args(check)
     check.set_defaults(func=_cmd_env_check)
 

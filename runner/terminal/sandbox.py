@@ -296,7 +296,10 @@ class Sandbox:
             except docker.errors.NotFound:
                 pass
             except docker.errors.APIError as exc:
-                log.warning("could not remove container %s: %s", cid[:12], exc)
+                if exc.status_code == 409 and "already in progress" in str(exc):
+                    pass  # another remover (auto-remove, the orphan reaper) got there first
+                else:
+                    log.warning("could not remove container %s: %s", cid[:12], exc)
             reaper.unregister(cid)
             self.container = None
 

@@ -105,7 +105,7 @@ def test_cli_env_check_replay(docker_client, fixtures_dir):
     out = json.loads(proc.stdout)
     assert out["agreement"] == 1.0 and len(out["replays"]) == 2
     assert set(out["replays"][0]) >= {"index", "recorded_success", "reward", "agree"}
-    proc = _cli("env", "check", str(path), "--replay", str(summary), "--index", "1")
+    proc = _cli("env", "check", str(path), "--replay", str(summary), "--index", "1", "--json")
     one = json.loads(proc.stdout)["replays"]
     assert [(e["index"], e["recorded_success"], e["agree"]) for e in one] == [(1, False, True)]
     proc = _cli("env", "check", str(path), "--replay", str(summary), "--index", "5")
