@@ -22,6 +22,7 @@ from .report import add_report_arguments, report_command
 from .summary import compare_row, run_summary, simulate_scenario, trace_summary
 from .sweep import add_sweep_arguments, sweep_command
 from .trace import TraceError
+from .validation import DURATION_MODELS, VERSION_EFFECT
 
 USER_ERRORS = (ConfigError, TraceError, FileNotFoundError, ValueError)
 
@@ -65,23 +66,31 @@ def _add_from_run(p: argparse.ArgumentParser, many: bool) -> None:
         help="build the scenario from a measured run: its fitted durations and measured costs"
         + (" (repeatable)" if many else ""),
     )
+    _add_run_model(p, "with --from-run: ")
+
+
+def _add_run_model(p: argparse.ArgumentParser, prefix: str = "") -> None:
+    """How a measured run becomes a scenario: shared by validate and --from-run."""
     p.add_argument(
         "--durations",
-        choices=("empirical", "fitted", "episodes"),
+        choices=DURATION_MODELS,
         default="empirical",
-        help="with --from-run: the job-duration model (default: empirical)",
+        help=prefix + "job-duration model: the measured durations resampled (default), the "
+        "family chosen by --criterion, or fitted episodes composed into jobs",
+    )
+    p.add_argument(
+        "--criterion",
+        choices=("aic", "bic"),
+        default="aic",
+        help=prefix + "how --durations fitted ranks the families (default aic)",
     )
     p.add_argument(
         "--version-effect",
-        choices=("auto", "on", "off"),
+        choices=VERSION_EFFECT,
         default="auto",
-        help="with --from-run: a duration factor shared by jobs of one version that start "
-        "together (default auto: when the run shows one)",
+        help=prefix + "a duration factor shared by jobs of one version that start together "
+        "(default auto: when the run's ANOVA test shows one)",
     )
-    _add_capacity(p, "with --from-run: ")
-
-
-def _add_capacity(p: argparse.ArgumentParser, prefix: str = "") -> None:
     p.add_argument(
         "--capacity",
         type=float,
@@ -95,7 +104,7 @@ def _from_run(folder: Path, args: argparse.Namespace, sets: list[str]) -> Scenar
     from .validation import scenario_from_run
 
     return scenario_from_run(
-        folder, sets, args.durations, "aic", args.version_effect, args.capacity
+        folder, sets, args.durations, args.criterion, args.version_effect, args.capacity
     )
 
 
@@ -318,22 +327,7 @@ def _add_validate(p: argparse.ArgumentParser) -> None:
         "--replicates", type=int, default=20, metavar="R", help="simulations (default 20)"
     )
     p.add_argument("--plot", type=Path, metavar="DIR", help="write the figures (PNG) here")
-    p.add_argument(
-        "--durations",
-        choices=("empirical", "fitted", "episodes"),
-        default="empirical",
-        help="job-duration model: the measured durations resampled (default), the family "
-        "chosen by --criterion, or fitted episodes composed into jobs",
-    )
-    p.add_argument("--criterion", choices=("aic", "bic"), default="aic")
-    p.add_argument(
-        "--version-effect",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="a duration factor shared by jobs of one version that start together "
-        "(default auto: when the run's ANOVA test shows one)",
-    )
-    _add_capacity(p)
+    _add_run_model(p)
     _add_set(p)
 
 
