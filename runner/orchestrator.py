@@ -11,7 +11,9 @@ order the SimPy engine takes them:
 3. a worker replays the updates it missed before its job starts (``syncing``);
 4. the run ends with the last commit; jobs still running are cancelled.
 
-Workers run their jobs on threads; what they return is handed back to this loop. Each
+Workers run their jobs on threads; what they return is handed back to this loop. With
+``backend: ray`` each worker is a Ray actor (:mod:`runner.ray_workers`) and the thread
+waits on it; the policy, the journal and the trace stay here either way. Each
 change of state is appended to the journal (commits fsync'd) as it happens, and the
 trace tables are rewritten (throttled) as the run goes.
 """
@@ -32,6 +34,7 @@ from typing import Any
 import pandas as pd
 
 from runner.config import RunConfig
+from runner.errors import RunFailed
 from runner.es import UpdateRecord, UpdateRule, write_checkpoint
 from runner.journal import Journal, read_events
 from runner.rollouts import EPISODE_COLUMNS, JobSpec
@@ -39,17 +42,13 @@ from runner.run_dir import RunDir
 from runner.run_state import RunState
 from runner.task_pool import TaskPool
 from runner.terminal import reaper
-from runner.workers import LocalWorker
+from runner.workers import worker_factory
 from staleness_sim.metrics import summarize
 
 log = logging.getLogger(__name__)
 
 MAX_CRASHES = 3  # consecutive crashes of one worker before the run gives up
 FLUSH_EVERY_S = 2.0
-
-
-class RunFailed(RuntimeError):
-    """The run cannot go on (a worker keeps crashing, the disk is full); state is saved."""
 
 
 @dataclass
@@ -76,12 +75,13 @@ class Orchestrator:
         *,
         progress=None,
         evaluator=None,
-        worker_class=LocalWorker,
+        worker_class=None,
     ) -> None:
         self.run_dir, self.config, self.pool = run, config, pool
         self.client, self.builder = client, builder
         self.progress, self.evaluator = progress, evaluator
-        self.worker_class = worker_class
+        # Builds worker i: LocalWorker, or a Ray actor's handle with backend: ray.
+        self.worker_class = worker_class or worker_factory(config)
         es = config.es
         self.rule = UpdateRule(es.sigma, es.alpha, es.shaping, es.antithetic, es.staleness)
         self.state = RunState(config, self.rule)
@@ -105,7 +105,7 @@ class Orchestrator:
         resumed = bool(self.state.segments)
         self.journal = Journal(self.run_dir.journal_path)
         try:
-            self.workers = self._start_workers()
+            self._start_workers()
             self._offset, self._m0 = self.state.now, time.monotonic()
             reason = (
                 "resumed: the previous process stopped with these jobs in flight"
@@ -122,12 +122,16 @@ class Orchestrator:
         finally:
             for w in getattr(self, "workers", {}).values():
                 w.close()
+            shutdown = getattr(self.worker_class, "shutdown", None)
+            if shutdown is not None:  # e.g. the Ray workers' placement group, a local Ray
+                shutdown()
             self.journal.close()
 
-    def _start_workers(self) -> dict[int, LocalWorker]:
-        workers = {}
+    def _start_workers(self) -> None:
+        self.workers = workers = {}  # closed by run() whatever happens next
         for i in range(self.config.workers):
             workers[i] = self.worker_class(i, self.config, self.client, self.builder, self.clock)
+        # (Ray workers load in parallel: reading base_hash waits until each one is ready.)
         hashes = {w.base_hash for w in workers.values()}
         recorded = [s.get("base_hash") for s in self._segment_events() if s.get("base_hash")]
         if len(hashes) != 1 or (recorded and recorded[0] not in hashes):
@@ -136,7 +140,7 @@ class Orchestrator:
                 f"started from (sha256 {recorded[0] if recorded else '?'}); restore that model"
             )
         self.base_hash = hashes.pop()
-        return workers
+        self._es_config = workers[0].es_config()
 
     def _segment_events(self) -> list[dict[str, Any]]:
         events, _ = read_events(self.run_dir.journal_path)
@@ -331,11 +335,25 @@ class Orchestrator:
             self._done.set()
             return
         self._set_state(w, "syncing")  # rebuilding its weights: load, then replay
-        old = self.workers[w]
+        old = self.workers.pop(w)
         await self._call(old.close)
-        self.workers[w] = await self._call(
-            self.worker_class, w, self.config, self.client, self.builder, self.clock
-        )
+        try:
+            worker = await self._call(
+                self.worker_class, w, self.config, self.client, self.builder, self.clock
+            )
+            self.workers[w] = worker
+            base_hash = await self._call(lambda: worker.base_hash)  # (waits until it is ready)
+        except Exception as exc:  # noqa: BLE001 - reported as the run's failure
+            self._failure = f"worker {w} could not be restarted: {type(exc).__name__}: {exc}"
+            self._done.set()
+            return
+        if base_hash != self.base_hash:
+            self._failure = (
+                f"worker {w} restarted on different base weights (sha256 {base_hash}, the run "
+                f"has {self.base_hash}); restore the model at {self.config.model.path}"
+            )
+            self._done.set()
+            return
         log.warning("worker %d restarted", w)
 
     def _abort(self, job: int) -> None:
@@ -383,7 +401,7 @@ class Orchestrator:
             write_checkpoint(
                 self.run_dir.checkpoint_dir,
                 base_hash=self.base_hash,
-                config=self.workers[0].backend.es_config(),
+                config=self._es_config,
                 log=list(self.state.log),
                 base_path=self.config.model.path,
             )

@@ -1,8 +1,13 @@
 """Workers: each holds its own backend (a copy of the weights) and runs one job at a time.
 
-``local`` workers live in this process, one thread each while they run a job. A worker
+``local`` workers live in this process, one thread each while they run a job; ``ray``
+workers are Ray actors with the same interface (:mod:`runner.ray_workers`). A worker
 never receives weights: before a job it replays the updates it has missed from the
 update log (seeds and coefficients), as every ES worker does.
+
+The orchestrator uses this interface only: ``Worker(index, config, client, builder,
+clock)``, ``base_hash``, ``es_config()``, ``sync(log)``, ``run_job(job, abort)`` and
+``close()``; :func:`worker_factory` picks the class from the config's ``backend``.
 """
 
 from __future__ import annotations
@@ -75,6 +80,9 @@ class LocalWorker:
     def base_hash(self) -> str | None:
         return self.backend.base_hash
 
+    def es_config(self) -> dict:
+        return self.backend.es_config()
+
     def sync(self, log: Sequence[UpdateRecord]) -> int:
         return self.backend.sync(log)
 
@@ -94,3 +102,15 @@ class LocalWorker:
     def close(self) -> None:
         self.batcher.close()
         self.backend.close()
+
+
+def worker_factory(config: RunConfig):
+    """What builds worker i for ``config.backend``: ``LocalWorker``, or a Ray worker pool.
+
+    Ray is imported only here, and only for ``backend: ray``.
+    """
+    if config.backend == "ray":
+        from runner.ray_workers import RayWorkerPool
+
+        return RayWorkerPool(config)
+    return LocalWorker

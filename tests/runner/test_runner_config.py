@@ -61,7 +61,7 @@ def test_wrong_types_and_values(tmp_path, tiny_model, run_cli):
         "policy": ({"kind": "bounded"}, "policy.max_lag: required field is missing"),
         "sampling": ({"top_p": 1.5}, "sampling.top_p"),
         "context_tokens": (16, "must exceed sampling.max_new_tokens"),
-        "backend": ("ray", "backend"),
+        "backend": ("slurm", "backend"),
     }
     for key, (value, expected) in cases.items():
         data = base(tiny_model)
