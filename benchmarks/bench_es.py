@@ -11,12 +11,19 @@ unit the noise is generated in, so "ratio to randn" says how close a pass comes 
 of generating its noise. An update of a cohort of N seeds regenerates N noise tensors, so
 its rate is given per seed (N x 4 x params / s).
 
+Noise schemes: the rate of filling a tensor chunk by chunk (as a pass does: one noise
+chunk, reused generator / Philox scratch, one intra-op thread) with blockseed-v1
+(torch.randn per block) and philox-v2 (counter-based, the same on every device), timed
+alternately, as a ratio to the randn ceiling; on CPU, and on CUDA when one is available.
+``--noise`` picks the scheme of the optimizer passes.
+
 Peak extra memory: on CPU, the process's peak RSS (VmHWM, reset through
 /proc/self/clear_refs) during the call minus the RSS before it; on CUDA,
 torch.cuda.max_memory_allocated minus the allocated bytes before it. The first call after a
 reset allocates the optimizer's workspace, so it is included. Page-granular (4 KiB) on CPU.
 
 Usage: python benchmarks/bench_es.py [--params 33554432] [--dtype bfloat16] [--threads 1]
+                                    [--noise blockseed-v1|philox-v2]
 """
 
 from __future__ import annotations
@@ -33,7 +40,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
-from runner.es import DEFAULT_BLOCK, DEFAULT_CHUNK, ESOptimizer  # noqa: E402
+from runner.es import DEFAULT_BLOCK, DEFAULT_CHUNK, NOISE_SCHEMES, ESOptimizer  # noqa: E402
+from runner.es.noise import PhiloxScratch, fill_noise, stream_state  # noqa: E402
 
 
 class Blocks(torch.nn.Module):
@@ -141,6 +149,51 @@ def ceilings(device: str, numel: int, block: int, repeats: int) -> tuple[float, 
     return 4 * numel / t_randn / 1e9, 4 * block * reps / t_block / 1e9, 4 * numel / t_copy / 1e9
 
 
+@contextlib.contextmanager
+def one_thread():
+    """One intra-op thread, as the optimizer's chunk workers run."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def noise_rates(device: str, numel: int, chunk: int, repeats: int) -> dict[str, float]:
+    """GB/s of fp32 noise: randn into one large tensor, and each scheme filled chunk by chunk
+    (the schemes and randn timed alternately, so that all see the same machine load)."""
+    x = torch.empty(numel, device=device)
+    gen = torch.Generator(device=device).manual_seed(0)
+    scratch = PhiloxScratch(device, chunk)
+
+    def randn() -> None:
+        torch.randn(numel, generator=gen, device=device, out=x)
+
+    def by_chunks(scheme: str) -> Callable[[], None]:
+        stream = stream_state(1, "bench.weight", scheme)
+
+        def run() -> None:
+            for s in range(0, numel, chunk):
+                fill_noise(x[s : s + chunk], 1, "bench.weight", s, block=DEFAULT_BLOCK,
+                           scheme=scheme, generator=gen, scratch=scratch, stream=stream,
+                           numel=numel)  # fmt: skip
+
+        return run
+
+    fns = {"randn": randn, **{scheme: by_chunks(scheme) for scheme in NOISE_SCHEMES}}
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    with one_thread():
+        for _ in range(repeats + 1):
+            for k, fn in fns.items():
+                sync(device)
+                t0 = time.perf_counter()
+                fn()
+                sync(device)
+                times[k].append(time.perf_counter() - t0)
+    return {k: 4 * numel / min(ts[1:]) / 1e9 for k, ts in times.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -152,6 +205,8 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=DEFAULT_CHUNK, help="chunk size in elements")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--cohorts", default="1,4,8", help="cohort sizes N for the update scaling")
+    ap.add_argument("--noise", default=NOISE_SCHEMES[0], choices=NOISE_SCHEMES,
+                    help="noise scheme of the optimizer passes")  # fmt: skip
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
     dev = args.device
@@ -159,12 +214,16 @@ def main() -> None:
 
     randn_gbs, block_gbs, copy_gbs = ceilings(dev, args.params, DEFAULT_BLOCK, args.repeats)
     model = Blocks(args.params, dtype, dev)
-    opt = ESOptimizer(model, chunk_size=args.chunk, threads=args.threads, hash_base=False)
+    es_kw = {"chunk_size": args.chunk, "threads": args.threads, "noise": args.noise}
+    opt = ESOptimizer(model, hash_base=False, **es_kw)
     p = opt.num_parameters
     model_bytes = sum(t.numel() * t.element_size() for t in model.parameters())
     fp32_gb = 4 * p / 1e9
 
-    # Peak memory first, on a fresh optimizer state (workspace not yet allocated).
+    # Peak memory first, on a fresh optimizer state (workspace not yet allocated). One small
+    # draw first, so the RSS peak does not count the scheme's kernels' code pages (~7 MiB of
+    # libtorch text the first philox-v2 draw faults in; randn's were by the ceilings).
+    fill_noise(torch.empty(4096, device=dev), 0, "warm-up", 0, scheme=args.noise)
     ctx = opt.perturbed(1)
     peak_perturb = peak_extra_bytes(ctx.__enter__, dev)
     peak_restore = peak_extra_bytes(lambda: ctx.__exit__(None, None, None), dev)
@@ -195,8 +254,7 @@ def main() -> None:
         t_update[n] = timed(lambda rec=rec: opt._apply_entries(rec.entries), dev, args.repeats)
 
     # Size scaling: the same update (N = max) on a model with a quarter of the parameters.
-    small = ESOptimizer(Blocks(args.params // 4, dtype, dev), chunk_size=args.chunk,
-                        threads=args.threads, hash_base=False)  # fmt: skip
+    small = ESOptimizer(Blocks(args.params // 4, dtype, dev), hash_base=False, **es_kw)
     nmax = max(ns)
     rec = small.make_update([(1000 + s, float(s % 5), 0) for s in range(nmax)])
     rec_big = opt.make_update([(1000 + s, float(s % 5), opt.version) for s in range(nmax)])
@@ -215,7 +273,7 @@ def main() -> None:
 
     print(f"device={dev} dtype={args.dtype} params={p / 1e6:.1f}M ({model_bytes / 2**20:.0f} MiB "
           f"working, {4 * p / 2**20:.0f} MiB fp32 master) chunk={args.chunk} threads={args.threads} "
-          f"torch_threads={torch.get_num_threads()}")  # fmt: skip
+          f"torch_threads={torch.get_num_threads()} noise={args.noise}")  # fmt: skip
     print(f"ceilings: randn {randn_gbs:.3f} GB/s, copy {copy_gbs:.3f} GB/s "
           f"(randn = {randn_gbs / copy_gbs:.3f} x copy); randn of one {DEFAULT_BLOCK}-element "
           f"block (cache-resident, what the optimizer calls) {block_gbs:.3f} GB/s")  # fmt: skip
@@ -236,7 +294,7 @@ def main() -> None:
     print("  theory: N noise regenerations + one master pass, t ~ N x params / noise_rate + "
           "params / copy_rate: linear in N and in the model size")  # fmt: skip
     if args.threads == 1 and dev == "cpu":
-        two = ESOptimizer(model, chunk_size=args.chunk, threads=2, hash_base=False)
+        two = ESOptimizer(model, hash_base=False, **{**es_kw, "threads": 2})
         t2p = timed(lambda: two._write_perturbed(3, 0.0015), dev, args.repeats)
         rec = two.make_update([(1000 + s, float(s % 5), 0) for s in range(nmax)])
         t2u = timed(lambda: two._apply_entries(rec.entries), dev, args.repeats)
@@ -254,9 +312,22 @@ def main() -> None:
         print(f"  {name:<11} {b / 2**20:8.2f} MiB = {b / model_bytes:.4f} x model "
               f"({b / (4 * args.chunk):.2f} fp32 chunks)")  # fmt: skip
     print(f"  optimizer workspace: {opt.workspace_bytes / 2**20:.2f} MiB "
-          f"(noise chunk + accumulator chunk per thread)")  # fmt: skip
+          f"(noise chunk + accumulator chunk per thread"
+          f"{' + Philox scratch' if args.noise == 'philox-v2' else ''})")  # fmt: skip
     opt.close()
     small.close()
+
+    # On CUDA every op is a kernel launch: also one fill of the whole tensor (chunk = params).
+    runs = [("cpu", args.chunk)]
+    if torch.cuda.is_available():
+        runs += [("cuda", args.chunk), ("cuda", args.params)]
+    for d, chunk in runs:
+        r = noise_rates(d, args.params, chunk, args.repeats)
+        print(f"noise schemes on {d} ({args.params / 1e6:.1f}M elements in chunks of {chunk}, "
+              f"one intra-op thread, timed alternately with randn {r['randn']:.3f} GB/s):")  # fmt: skip
+        for scheme in NOISE_SCHEMES:
+            print(f"  {scheme:<14} {r[scheme]:7.3f} GB/s  {r[scheme] / r['randn']:5.2f} x randn  "
+                  f"{r[scheme] / r[NOISE_SCHEMES[0]]:5.2f} x {NOISE_SCHEMES[0]}")  # fmt: skip
 
 
 if __name__ == "__main__":

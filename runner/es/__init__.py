@@ -11,7 +11,20 @@ from runner.es.checkpoint import (
     save_checkpoint,
     write_checkpoint,
 )
-from runner.es.noise import DEFAULT_BLOCK, NOISE_SCHEME, block_seed, fill_noise, tensor_noise
+from runner.es.noise import (
+    DEFAULT_BLOCK,
+    LEGACY_SCHEME,
+    NOISE_SCHEME,
+    NOISE_SCHEMES,
+    PHILOX_SCHEME,
+    block_seed,
+    fill_noise,
+    philox4x32_10,
+    philox_key,
+    philox_uniforms,
+    philox_words,
+    tensor_noise,
+)
 from runner.es.optimizer import DEFAULT_CHUNK, ESOptimizer
 from runner.es.records import Result, UpdateRecord
 from runner.es.shaping import SHAPINGS, centered_rank, zscore
@@ -21,7 +34,10 @@ from runner.es.update_rule import UpdateRule
 __all__ = [
     "DEFAULT_BLOCK",
     "DEFAULT_CHUNK",
+    "LEGACY_SCHEME",
     "NOISE_SCHEME",
+    "NOISE_SCHEMES",
+    "PHILOX_SCHEME",
     "SHAPINGS",
     "DropOver",
     "ESOptimizer",
@@ -35,6 +51,10 @@ __all__ = [
     "fill_noise",
     "load_checkpoint",
     "parse_staleness",
+    "philox4x32_10",
+    "philox_key",
+    "philox_uniforms",
+    "philox_words",
     "read_checkpoint",
     "save_checkpoint",
     "tensor_noise",

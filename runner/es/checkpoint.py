@@ -6,6 +6,12 @@ every update record. Optional full snapshots of the master (``master-v<version>.
 make loading faster: loading version v starts from the newest snapshot at or below v and
 replays the rest of the log, which gives the same master bit for bit on the same device
 type.
+
+The noise scheme is ``config.noise.scheme``; a checkpoint that records none was made with
+``blockseed-v1`` (:data:`~runner.es.noise.LEGACY_SCHEME`) and is replayed with it.
+blockseed-v1 logs load only on the device type that wrote them; philox-v2 logs load on any
+device (bit-exact on the same device type, elsewhere within the ulps of log/cos/sin, see
+:mod:`runner.es.noise`).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Any
 
 import torch
 
-from runner.es.noise import NOISE_SCHEME
+from runner.es.noise import DEFAULT_BLOCK, LEGACY_SCHEME, NOISE_SCHEMES, PHILOX_SCHEME
 from runner.es.optimizer import ESOptimizer
 from runner.es.records import UpdateRecord
 
@@ -130,18 +136,30 @@ def load_checkpoint(
     """Rebuild the optimizer at ``version`` (default: the last) on ``model``'s base weights.
 
     ``model`` must hold the base weights; their sha256 must match the checkpoint's or a
-    ValueError names both. ``kwargs`` go to ESOptimizer (chunk_size, threads, ...).
+    ValueError names both. ``kwargs`` go to ESOptimizer (chunk_size, threads, ...). The
+    noise scheme is the checkpoint's (blockseed-v1 if it records none); a ``noise`` or
+    ``noise_block`` argument that would change the noise is a ValueError naming both.
     """
     directory = Path(directory)
     doc = read_checkpoint(directory)
     cfg = doc["config"]
-    noise = cfg["noise"]
-    if noise["scheme"] != NOISE_SCHEME:
-        raise ValueError(f"checkpoint noise scheme {noise['scheme']!r} is not {NOISE_SCHEME!r}")
-    block = kwargs.pop("noise_block", noise["block"])
-    if block != noise["block"]:
+    noise = cfg.get("noise") or {}  # every writer so far recorded it; be lenient anyway
+    scheme = noise.get("scheme", LEGACY_SCHEME)
+    if scheme not in NOISE_SCHEMES:
         raise ValueError(
-            f"noise_block={block} differs from the checkpoint's {noise['block']}; the noise would differ"
+            f"checkpoint noise scheme {scheme!r} is unknown (known: {', '.join(NOISE_SCHEMES)})"
+        )
+    asked = kwargs.pop("noise", scheme)
+    if asked != scheme:
+        raise ValueError(
+            f"noise={asked!r} differs from the checkpoint's noise scheme {scheme!r}; the log "
+            f"replays only with {scheme!r}"
+        )
+    recorded_block = noise.get("block", DEFAULT_BLOCK)
+    block = kwargs.pop("noise_block", recorded_block)
+    if block != recorded_block and scheme != PHILOX_SCHEME:
+        raise ValueError(
+            f"noise_block={block} differs from the checkpoint's {recorded_block}; the noise would differ"
         )
     opt = ESOptimizer(
         model,
@@ -150,7 +168,8 @@ def load_checkpoint(
         shaping=cfg["shaping"],
         antithetic=cfg["antithetic"],
         staleness=cfg["staleness"],
-        noise_block=noise["block"],
+        noise_block=block,
+        noise=scheme,
         **kwargs,
     )
     if opt.base_hash != doc["base"]["sha256"]:
@@ -159,7 +178,7 @@ def load_checkpoint(
             f"the checkpoint was made from {doc['base']['sha256']}"
             + (f" ({doc['base']['path']})" if doc["base"].get("path") else "")
         )
-    if opt.device_type != noise["device_type"]:
+    if scheme != PHILOX_SCHEME and opt.device_type != noise.get("device_type", opt.device_type):
         raise ValueError(
             f"checkpoint noise was generated on device type {noise['device_type']!r}, the model is "
             f"on {opt.device_type!r}; the noise streams differ between device types"

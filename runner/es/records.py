@@ -54,7 +54,10 @@ class UpdateRecord:
     ``entries`` are ``(seed, coefficient)``: the update is ``sum_j coefficient_j * eps(seed_j)``
     added to the fp32 master (alpha, 1/N, the shaped reward, the sign and the staleness
     weight are all folded into the coefficient). ``sigma``/``alpha``/``shaping`` document
-    how the coefficients were made; replay needs only ``entries``.
+    how the coefficients were made; replay needs only ``entries``. ``noise`` names the
+    noise scheme of the optimizer that made it (None: not recorded, e.g. a coordinator's
+    :class:`~runner.es.update_rule.UpdateRule`); an optimizer refuses to apply a record of
+    another scheme. A record without it reads and writes exactly as before.
     """
 
     version: int
@@ -66,12 +69,15 @@ class UpdateRecord:
     n_accepted: int = 0
     lags: tuple[int, ...] = ()
     dropped: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    noise: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["entries"] = [[s, c] for s, c in self.entries]
         d["lags"] = list(self.lags)
         d["dropped"] = [dict(x) for x in self.dropped]
+        if self.noise is None:
+            del d["noise"]
         return d
 
     @classmethod
@@ -87,6 +93,7 @@ class UpdateRecord:
                 n_accepted=int(d.get("n_accepted", len(d["entries"]))),
                 lags=tuple(int(x) for x in d.get("lags", ())),
                 dropped=tuple(dict(x) for x in d.get("dropped", ())),
+                noise=None if d.get("noise") is None else str(d["noise"]),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed update record {d!r}: {exc}") from None
