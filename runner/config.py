@@ -37,6 +37,9 @@ class ESConfig(_Strict):
     antithetic: bool = False
     # what the update does with lagged results, beyond what the policy already decided
     staleness: str = "none"
+    # blockseed-v1: torch's generator per block (bit-exact on one device type);
+    # philox-v2: the same numbers on CPU and CUDA (docs/es.md, "Noise schemes")
+    noise: Literal["blockseed-v1", "philox-v2"] = "blockseed-v1"
 
     @field_validator("staleness")
     @classmethod
@@ -44,13 +47,25 @@ class ESConfig(_Strict):
         return parse_staleness(value).spec()
 
 
+class VLLMEngineConfig(_Strict):
+    """``model.vllm``: the engine of ``backend: vllm`` (runner/backends/vllm.py, docs/vllm.md)."""
+
+    prefix_cache: Literal["off", "reset"] = "off"  # reset: on, reset at every weight change
+    gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
+    max_num_seqs: PosInt = 256
+    enforce_eager: bool = False
+    self_test: bool = True
+    extra: dict[str, Any] = {}  # further AsyncEngineArgs fields
+
+
 class ModelConfig(_Strict):
-    backend: Literal["hf"] = "hf"
+    backend: Literal["hf", "vllm"] = "hf"
     path: str
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     device: str = "cpu"  # cpu | cuda | cuda:N; with several workers on cuda, one GPU each
     max_batch: PosInt = 64  # rows of one batched forward pass
     batch_window_s: Annotated[float, Field(ge=0.0)] = 0.05  # how long a batch waits to fill
+    vllm: VLLMEngineConfig = VLLMEngineConfig()  # backend vllm only (no batching window)
 
     @field_validator("device")
     @classmethod
@@ -63,6 +78,12 @@ class ModelConfig(_Strict):
         ):
             raise ValueError("must be cpu, cuda or cuda:N")
         return value
+
+    @model_validator(mode="after")
+    def _vllm_on_gpu(self) -> ModelConfig:
+        if self.backend == "vllm" and not self.device.startswith("cuda"):
+            raise ValueError("backend vllm runs on a GPU: set model.device to cuda or cuda:N")
+        return self
 
 
 class SamplingConfig(_Strict):

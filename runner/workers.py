@@ -47,6 +47,7 @@ def build_backend(config: RunConfig, device: str | None = None) -> GenerationBac
         max_new_tokens=s.max_new_tokens,
         context_tokens=config.context_tokens,
         stop=tuple(s.stop),
+        **({"engine": m.vllm.model_dump()} if m.backend == "vllm" else {}),
     )
 
 

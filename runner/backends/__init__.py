@@ -1,7 +1,8 @@
 """Generation backends behind one interface (:class:`GenerationBackend`).
 
-``hf`` (transformers, CPU or GPU) is built in. GPU-only backends are imported lazily by
-:func:`make_backend`, so nothing here imports them on a machine without a GPU.
+``hf`` (transformers, CPU or GPU) is built in. GPU-only backends (``vllm``, docs/vllm.md)
+are imported lazily by :func:`make_backend`, so nothing here imports them on a machine
+without a GPU.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 from runner.backends.base import Generation, GenerationBackend, GenerationRequest
 from runner.backends.batching import SessionBatcher
 
-BACKENDS = ("hf",)
+BACKENDS = ("hf", "vllm")
 
 __all__ = [
     "BACKENDS",
@@ -29,4 +30,8 @@ def make_backend(kind: str, **kwargs: Any) -> GenerationBackend:
         from runner.backends.hf import HFBackend
 
         return HFBackend(**kwargs)
+    if kind == "vllm":  # imports vLLM only now; without it, one line says what to install
+        from runner.backends.vllm import VLLMBackend
+
+        return VLLMBackend(**kwargs)
     raise ValueError(f"model.backend must be one of {', '.join(BACKENDS)}, got {kind!r}")

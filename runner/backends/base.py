@@ -44,6 +44,9 @@ class GenerationBackend(ABC):
 
     name = "base"
     es: ESOptimizer
+    # True for a backend that batches continuously itself (vllm): it provides
+    # ``submit(request) -> Future`` and the SessionBatcher passes each turn straight to it.
+    continuous_batching = False
 
     @abstractmethod
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:

@@ -5,6 +5,11 @@ blocks until its reply is ready. One serving thread hands the backend every requ
 waiting at that moment: it fires as soon as every open session is waiting (nobody else
 can arrive), or ``window_s`` after the first request of the batch arrived, whichever
 comes first, with at most ``max_batch`` rows.
+
+A backend that batches continuously itself (``backend.continuous_batching``, the ``vllm``
+engine) gets every turn at once through ``backend.submit(request) -> Future``: no window,
+no ``max_batch``, no turn barrier (a session's next turn never waits for another
+session's reply). ``batch_sizes`` and ``wait_s`` then stay empty / zero.
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ class SessionBatcher:
         self._pending: list[tuple[GenerationRequest, Future, float]] = []
         self._sessions = 0
         self._closed = False
+        # Pass-through for backends that batch continuously (vllm): their own futures.
+        self._direct = bool(getattr(backend, "continuous_batching", False))
+        self._in_engine: set[Future] = set()
         self.batch_sizes: list[int] = []
         self.wait_s = 0.0  # summed over requests: arrival to the start of their batch
         self._thread = threading.Thread(target=self._serve, name="batcher", daemon=True)
@@ -51,6 +59,8 @@ class SessionBatcher:
         return self.submit(request).result()
 
     def submit(self, request: GenerationRequest) -> Future:
+        if self._direct:
+            return self._submit_direct(request)
         fut: Future = Future()
         with self._cv:
             if self._closed:
@@ -59,13 +69,39 @@ class SessionBatcher:
             self._cv.notify_all()
         return fut
 
+    def _submit_direct(self, request: GenerationRequest) -> Future:
+        outer: Future = Future()
+        with self._cv:
+            if self._closed:
+                raise BatcherClosed("the batcher is closed")
+            inner = self.backend.submit(request)
+            self._in_engine.add(inner)
+
+        def done(f: Future) -> None:
+            with self._cv:
+                self._in_engine.discard(f)
+            if outer.done():  # closed meanwhile
+                return
+            if f.cancelled():
+                outer.set_exception(BatcherClosed("the turn was cancelled"))
+            elif f.exception() is not None:
+                outer.set_exception(f.exception())
+            else:
+                outer.set_result(f.result())
+
+        inner.add_done_callback(done)
+        return outer
+
     def close(self) -> None:
         with self._cv:
             self._closed = True
             pending, self._pending = self._pending, []
+            in_engine, self._in_engine = list(self._in_engine), set()
             self._cv.notify_all()
         for _, fut, _ in pending:
             fut.set_exception(BatcherClosed("the batcher was closed before this turn ran"))
+        for fut in in_engine:  # a cancelled turn is aborted inside the engine
+            fut.cancel()
         self._thread.join(timeout=60)
 
     # -- serving ------------------------------------------------------------------------

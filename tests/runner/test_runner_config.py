@@ -72,6 +72,10 @@ def test_wrong_types_and_values(tmp_path, tiny_model, run_cli):
     data["es"]["staleness"] = "drop_over:x"
     assert "es.staleness" in one_error_line(run_cli("train", str(write(tmp_path, data))))
     data = base(tiny_model)
+    data["es"]["noise"] = "mersenne"
+    line = one_error_line(run_cli("train", str(write(tmp_path, data))))
+    assert "es.noise" in line and "philox-v2" in line
+    data = base(tiny_model)
     data["tasks"] = {"dir": "x", "generate": {"n": 3}}
     assert "exactly one of tasks.dir and tasks.generate" in one_error_line(
         run_cli("train", str(write(tmp_path, data)))

@@ -1,0 +1,708 @@
+"""One-command check of the GPU path: generation speed, ES exactness and speed, async updates.
+
+Run through ``scripts/gpu_check.sh`` on one GPU (no network; sized for well under 8
+minutes on one H200, an estimate: it has not run there yet, and ``--budget-s`` skips the
+sections that would not fit); ``--small`` runs the same checks on a tiny model with few
+tokens, on CPU too (about 10 s on 2 cores),
+which is how the test suite runs it. It prints one table; ``--json PATH`` (the wrapper
+passes ``$OUT/gpu_check.json`` when ``OUT`` is set) writes it as JSON too.
+
+Sections:
+
+1. **model**: a random Qwen2-architecture model built locally (``runner.models``; full:
+   hidden 1024, 24 layers, 16 heads / 4 KV heads, MLP 4096, ~365M parameters; small: the
+   tiny test model), with the locally trained 512-token tokenizer.
+2. **hf**: generation throughput of the ``hf`` backend at 1 and 32 concurrent sessions
+   (threads through the SessionBatcher, as a job runs them).
+3. **es**: perturb / restore bit-exactness on the device, and the perturbed weights and an
+   update (fp32 master and working weights) against a CPU reference on the same seeds.
+   Only a device-independent noise scheme can make a GPU equal the CPU reference; with the
+   default ``blockseed-v1`` (the device's own generator) a difference is expected and
+   reported as such. On CPU the comparison degenerates to CPU against CPU, and says so.
+   Then perturb, restore and an update of 8 seeds timed against the device's copy
+   bandwidth (how many copies of the fp32 master each pass costs).
+4. **ext**: the vllm worker extension on the device without vLLM: a vLLM-layout copy of the
+   weights (fused qkv / gate_up, padded embedding) perturbed, restored and updated through
+   the extension must equal the hf backend's weights on the same seeds, bit for bit.
+5. **async**: a few asynchronous updates with a bounded-staleness policy (``bounded``,
+   max_lag 1, drop: Natural Async-1) on a task that needs no container: the reward of a
+   reply is its ``difflib`` similarity to ``<command>ls -la /home/user</command>``. The
+   policy is the simulator's own object, driven as the orchestrator's RunState drives it
+   (dispatch -> ``on_idle``, result -> ``on_result``, ``ready`` -> ``commit`` ->
+   ``UpdateRule.make``; seeds derived from the run seed by name, common random numbers);
+   the orchestrator itself needs Docker tasks and pydantic, absent on the GPU machine.
+6. **vllm**: only if vLLM imports (and a GPU is there): the engine's start-up self-test,
+   its base hash and a perturbation against the hf backend, throughput at 1 and 32
+   sessions, and multi-turn throughput with prefix caching off and reset at each weight
+   change.
+
+Exit status 1 if a check that must hold fails (a FAIL row), else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import importlib
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run from a checkout, uninstalled
+
+from runner.backends import GenerationRequest, SessionBatcher, make_backend  # noqa: E402
+from runner.backends.vllm_extension import ESWorkerExtension  # noqa: E402
+from runner.backends.vllm_names import (  # noqa: E402
+    PACKED_DEFAULT,
+    Piece,
+    build_name_map,
+    fuse,
+    view_module,
+)
+from runner.es import ESOptimizer, Result, UpdateRule  # noqa: E402
+from runner.models import build_tiny_model, load_tiny_model  # noqa: E402
+from runner.seeds import derive_seed  # noqa: E402
+
+FULL = {"hidden_size": 1024, "num_layers": 24, "num_heads": 16, "num_kv_heads": 4,
+        "intermediate_size": 4096, "max_position_embeddings": 4096}  # fmt: skip
+SMALL = {"hidden_size": 64, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1,
+         "intermediate_size": 128, "max_position_embeddings": 512}  # fmt: skip
+TARGET = "<command>ls -la /home/user</command>"
+SYSTEM = {"role": "system", "content": "You are an agent in a Linux terminal."}
+DEVICE_DEPENDENT_SCHEMES = ("blockseed-v1",)
+
+
+# -- the table ------------------------------------------------------------------------
+class Table:
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.results: dict[str, Any] = {}
+
+    def add(self, key: str, value: Any, status: str = "info", note: str = "") -> None:
+        self.rows.append({"check": key, "value": value, "status": status, "note": note})
+        self.results[key] = value
+
+    @property
+    def failed(self) -> list[str]:
+        return [r["check"] for r in self.rows if r["status"] in ("FAIL", "error")]
+
+    def render(self) -> str:
+        def fmt(v: Any) -> str:
+            if isinstance(v, float):
+                return f"{v:.4g}"
+            if isinstance(v, list | tuple):
+                return "[" + ", ".join(fmt(x) for x in v) + "]"
+            return str(v)
+
+        cells = [(r["check"], fmt(r["value"]), r["status"], r["note"]) for r in self.rows]
+        head = ("check", "value", "status", "note")
+        widths = [max(len(c[i]) for c in [head, *cells]) for i in range(3)]
+        lines = []
+        for c in [head, *cells]:
+            lines.append("  ".join(c[i].ljust(widths[i]) for i in range(3)) + "  " + c[3])
+            if c is head:
+                lines.append("  ".join("-" * w for w in widths) + "  ----")
+        return "\n".join(lines)
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def best_time(fn: Callable[[], object], device: str, repeats: int = 3) -> float:
+    times = []
+    for _ in range(repeats):
+        sync(device)
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def ordered(t: torch.Tensor) -> torch.Tensor:
+    """Float bit patterns as int64, ordered like the floats (ulp distance = difference)."""
+    raw = bits(t).to(torch.int64)
+    mag = raw & ((1 << (8 * t.element_size() - 1)) - 1)
+    return torch.where(raw < 0, -mag, mag)
+
+
+def compare(dev: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """Elementwise comparison of same-named tensors (device copy against the reference)."""
+    out = {"identical": True, "elements": 0, "elements_differing": 0, "max_ulps": 0, "max_abs": 0.0}
+    for name, a in dev.items():
+        a, b = a.detach().cpu(), ref[name].detach().cpu()
+        d = (ordered(a) - ordered(b)).abs()
+        n = int((d != 0).sum())
+        out["elements"] += a.numel()
+        out["elements_differing"] += n
+        if n:
+            out["identical"] = False
+            out["max_ulps"] = max(out["max_ulps"], int(d.max()))
+            out["max_abs"] = max(out["max_abs"], float((a.double() - b.double()).abs().max()))
+    return out
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach().contiguous()
+    return t.view(
+        {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    )
+
+
+def conversation(i: int, turns: int = 1) -> list[dict]:
+    msgs = [SYSTEM, {"role": "user", "content": f"Task {i}: list the files in /home/user."}]
+    for t in range(turns - 1):
+        msgs += [
+            {"role": "assistant", "content": f"<command>ls /home/user/d{i}_{t}</command>"},
+            {"role": "user", "content": f"Command executed successfully. Output: f{t}.txt"},
+        ]
+    return msgs
+
+
+def concurrent_sessions(backend, n: int, seed0: int, turns: int = 1) -> tuple[int, float]:
+    """n sessions on n threads through a SessionBatcher, ``turns`` turns each; (tokens, s)."""
+    batcher = SessionBatcher(backend, max_batch=64, window_s=0.05)
+    tokens = [0] * n
+    opened = threading.Barrier(n)
+
+    def session(i: int) -> None:
+        batcher.open_session()
+        opened.wait()
+        msgs = conversation(i)
+        for t in range(turns):
+            g = batcher.generate(GenerationRequest(list(msgs), seed=seed0 + 1000 * t + i))
+            tokens[i] += g.tokens_out
+            msgs += [{"role": "assistant", "content": g.text},
+                     {"role": "user", "content": f"Output: line {t}"}]  # fmt: skip
+        batcher.close_session()
+
+    threads = [threading.Thread(target=session, args=(i,)) for i in range(n)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seconds = time.perf_counter() - t0
+    batcher.close()
+    return sum(tokens), seconds
+
+
+# -- noise scheme ---------------------------------------------------------------------
+def choose_noise(requested: str) -> tuple[dict[str, Any], str]:
+    """ES keyword for the noise scheme (``noise=``) if the ES core takes one; and why."""
+    import inspect
+
+    params = inspect.signature(ESOptimizer.__init__).parameters
+    if "noise" not in params:
+        if requested not in ("auto", "default"):
+            raise SystemExit(f"--noise {requested}: this ES core has one noise scheme only")
+        return {}, "the ES core has one scheme (no noise= parameter)"
+    if requested == "default":
+        return {}, "the ES core's default (asked for)"
+    if requested != "auto":
+        return {"noise": requested}, "asked for"
+    noise_mod = importlib.import_module("runner.es.noise")
+    names: list[str] = []
+    for attr in ("NOISE_SCHEMES", "SCHEMES"):
+        reg = getattr(noise_mod, attr, None)
+        if reg:
+            names = list(reg)
+            break
+    independent = [n for n in names if n not in DEVICE_DEPENDENT_SCHEMES]
+    if independent:
+        return {"noise": independent[0]}, "auto: the first device-independent scheme listed"
+    return {}, "auto: no device-independent scheme listed; the ES core's default"
+
+
+# -- sections -------------------------------------------------------------------------
+def section_model(tab: Table, ctx: SimpleNamespace) -> None:
+    t0 = time.perf_counter()
+    if ctx.args.model_dir and (Path(ctx.args.model_dir) / "config.json").is_file():
+        ctx.model_dir = Path(ctx.args.model_dir)
+        how = "reused"
+    else:
+        out = Path(ctx.args.model_dir) if ctx.args.model_dir else ctx.tmp / "model"
+        sizes = SMALL if ctx.args.small else FULL
+        ctx.model_dir = build_tiny_model(out, seed=0, arch="qwen2", vocab_size=512, **sizes)
+        how = "built (random weights, seed 0)"
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(ctx.model_dir)
+    from runner.backends.vllm_names import hf_parameter_shapes
+
+    ctx.hf_shapes = hf_parameter_shapes(ctx.model_dir)
+    n = sum(int(torch.Size(s).numel()) for _, s in ctx.hf_shapes)
+    tab.add(
+        "model.parameters",
+        n,
+        note=f"Qwen2, {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, {how}",
+    )
+    tab.add("model.build_s", time.perf_counter() - t0)
+    ctx.n_params = n
+
+
+def make_hf(ctx: SimpleNamespace, **kw) -> Any:
+    base = {"path": str(ctx.model_dir), "dtype": ctx.dtype, "device": ctx.device,
+            "es": ctx.es, "temperature": 1.0, "max_new_tokens": ctx.tokens,
+            "context_tokens": ctx.context, "stop": ()}  # fmt: skip
+    base.update(kw)
+    return make_backend("hf", **base)
+
+
+def section_hf(tab: Table, ctx: SimpleNamespace) -> None:
+    ctx.hf = make_hf(ctx)
+    concurrent_sessions(ctx.hf, 2, 0)  # warm-up
+    rates = {}
+    for n in (1, 32):
+        tokens, seconds = concurrent_sessions(ctx.hf, n, 100)
+        rates[n] = tokens / seconds
+        tab.add(
+            f"hf.tokens_per_s.{n}",
+            rates[n],
+            note=f"{n} session(s), {tokens} tokens in {seconds:.2f} s",
+        )
+    tab.add("hf.speedup_32_vs_1", rates[32] / rates[1], note="batched decode over 32 sessions")
+
+
+def section_es(tab: Table, ctx: SimpleNamespace) -> None:
+    b = ctx.hf
+    opt = b.es
+    scheme = opt.config()["noise"]["scheme"]
+    independent = scheme not in DEVICE_DEPENDENT_SCHEMES
+    h0 = b.weights_hash()
+    with b.perturbed(11):
+        hp = b.weights_hash()
+    hr = b.weights_hash()
+    tab.add("es.perturb_changes_weights", hp != h0, "ok" if hp != h0 else "FAIL")
+    tab.add("es.perturb_restore_bitexact", hr == h0, "ok" if hr == h0 else "FAIL",
+            "sha256 of the working weights after restore = before")  # fmt: skip
+
+    on_cpu = ctx.device == "cpu"
+    ref_model, _ = load_tiny_model(ctx.model_dir, dtype=ctx.torch_dtype)
+    ref = ESOptimizer(ref_model, **ctx.es, threads=max(1, min(8, os.cpu_count() or 1)))
+    reference = "cpu vs cpu (degenerate: this run is on CPU)" if on_cpu else f"{ctx.device} vs cpu"
+    tab.add("es.reference", reference, note=f"noise scheme {scheme}")
+
+    def judge(key: str, diff: dict[str, Any], bound: float) -> None:
+        """Identical; or, across device types with a device-independent scheme, within the
+        scheme's documented tolerance (ulps of log/sqrt/cos/sin: <= 1 ulp of the weights'
+        dtype, or an absolute difference below ``bound``)."""
+        note = (f"{diff['elements_differing']} of {diff['elements']} elements differ, "
+                f"max {diff['max_ulps']} ulp, max abs {diff['max_abs']:.3g}")  # fmt: skip
+        if diff["identical"]:
+            tab.add(key, "identical", "ok", "bit for bit")
+        elif on_cpu:
+            tab.add(key, "differs", "FAIL", note + "; CPU against CPU must be identical")
+        elif not independent:
+            tab.add(
+                key, "differs", "info", note + f"; expected: {scheme} uses the device's generator"
+            )
+        elif diff["max_ulps"] <= 1 or diff["max_abs"] <= bound:
+            tab.add(key, "within tolerance", "ok", note + f" (bound {bound:.3g})")
+        else:
+            tab.add(key, "differs", "FAIL", note + f" (bound {bound:.3g})")
+
+    sigma = float(ctx.es["sigma"])
+    with b.perturbed(21), ref.perturbed(21):
+        diff = compare(dict(b.model.named_parameters()), dict(ref_model.named_parameters()))
+    judge("es.perturbed_vs_cpu", diff, sigma * 1e-5)
+    rule = UpdateRule(**{k: v for k, v in ctx.es.items() if k in ("sigma", "alpha")})
+    record = rule.make([(1, 1.0, 0), (2, 0.0, 0), (3, 0.5, 0), (4, 0.25, 0)], b.version)
+    b.sync([*opt.log, record])
+    ref.replay([*opt.log])
+    scale = sum(abs(c) for _, c in record.entries)
+    judge("es.update_master_vs_cpu", compare(dict(opt.master_parameters()),
+          dict(ref.master_parameters())), scale * 1e-5)  # fmt: skip
+    judge("es.update_weights_vs_cpu", compare(dict(b.model.named_parameters()),
+          dict(ref_model.named_parameters())), scale * 1e-5)  # fmt: skip
+    ref.close()
+    del ref, ref_model
+
+    # speed against the device's copy bandwidth
+    dev = ctx.device
+    numel = min(1 << 28, max(1 << 20, 2 * ctx.n_params))
+    src = torch.empty(numel, dtype=torch.float32, device=dev).normal_()
+    dst = torch.empty_like(src)
+    copy_bps = 4 * numel / best_time(lambda: dst.copy_(src), dev, 5)
+    src = dst = None  # free them before the timed passes
+    master_s = 4 * opt.num_parameters / copy_bps  # one copy of the fp32 master
+    holder: list = []
+
+    def enter() -> None:
+        cm = opt.perturbed(31)
+        cm.__enter__()
+        holder.append(cm)
+
+    def leave() -> None:
+        holder.pop().__exit__(None, None, None)
+
+    t_perturb, t_restore = [], []
+    for _ in range(3):
+        t_perturb.append(best_time(enter, dev, 1))
+        t_restore.append(best_time(leave, dev, 1))
+    seeds = 8
+    results = [Result(100 + k, float(k), opt.version) for k in range(seeds)]
+    upd = rule.make(results, opt.version)
+    t_update = best_time(lambda: opt.apply(upd), dev, 1)
+    tab.add("es.copy_GBps", copy_bps / 1e9, note="fp32 copy, tensor bytes per second")
+    tab.add("es.perturb_s", min(t_perturb), note=f"{min(t_perturb) / master_s:.1f} master copies")
+    tab.add("es.restore_s", min(t_restore), note=f"{min(t_restore) / master_s:.1f} master copies")
+    tab.add("es.update_s", t_update, note=f"{seeds} seeds; {t_update / master_s:.1f} master copies")
+    tab.add("es.perturb_in_master_copies", min(t_perturb) / master_s)
+    tab.add("es.restore_in_master_copies", min(t_restore) / master_s)
+    tab.add("es.update_in_master_copies", t_update / master_s)
+
+
+def vllm_layout(
+    hf_shapes: list[tuple[str, tuple[int, ...]]], pad: int = 64
+) -> dict[str, tuple[int, ...]]:
+    """The tensor shapes vLLM's Qwen2 builds (TP 1): fused groups stacked, vocabulary padded."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    members = {m: (f, list(ms)) for f, ms in PACKED_DEFAULT.items() for m in ms}
+    hf = dict(hf_shapes)
+    for name, shape in hf_shapes:
+        parts = name.split(".")
+        hit = next(((i, members[p]) for i, p in enumerate(parts) if p in members), None)
+        if hit is None:
+            rows = (
+                -(-shape[0] // pad) * pad
+                if "embed_tokens" in name or "lm_head" in name
+                else shape[0]
+            )
+            shapes[name] = (rows, *shape[1:])
+            continue
+        i, (fused, group) = hit
+        names = [".".join(parts[:i] + [m] + parts[i + 1 :]) for m in group]
+        shapes[".".join(parts[:i] + [fused] + parts[i + 1 :])] = (
+            sum(hf[n][0] for n in names),
+            *shape[1:],
+        )
+    return shapes
+
+
+def section_ext(tab: Table, ctx: SimpleNamespace) -> None:
+    b = ctx.hf
+    shapes = vllm_layout(ctx.hf_shapes)
+    pieces = build_name_map(ctx.hf_shapes, shapes)
+    base, _ = load_tiny_model(ctx.model_dir, dtype=ctx.torch_dtype, device=ctx.device)
+    fused = fuse(dict(base.named_parameters()), pieces, shapes, fill=0.0)  # version 0
+    del base
+    module = view_module(fused, [Piece(n, n, 0, s[0], s) for n, s in shapes.items()])
+
+    class Worker(ESWorkerExtension):
+        pass
+
+    w = Worker()
+    w.model_runner = SimpleNamespace(model=module)
+    info = w.es_setup([[n, list(s)] for n, s in ctx.hf_shapes], ctx.es)
+    same = info["base_hash"] == b.base_hash
+    tab.add("ext.base_hash_vs_hf", same, "ok" if same else "FAIL",
+            "sha256 over HF names in HF order, read through the fused tensors")  # fmt: skip
+    w.es_replay([r.to_dict() for r in b.es.log], b.version)  # to the hf backend's version
+    same = w.es_weights_hash() == b.weights_hash()
+    tab.add("ext.weights_vs_hf", same, "ok" if same else "FAIL",
+            f"{len(info['fused_tensors'])} fused tensors, {info['padding_rows']} padding rows")  # fmt: skip
+    original = {n: bits(t).clone() for n, t in fused.items()}
+
+    def fused_equal(ref: dict[str, torch.Tensor]) -> bool:
+        return all(torch.equal(bits(fused[n]), bits(t)) for n, t in ref.items())
+
+    w.es_perturb(41)
+    with b.perturbed(41):
+        same = fused_equal(fuse(dict(b.model.named_parameters()), pieces, shapes, fill=0.0))
+    tab.add("ext.perturb_vs_hf", same, "ok" if same else "FAIL", "bitwise, every fused row range")
+    w.es_restore()
+    same = all(torch.equal(bits(fused[n]), t) for n, t in original.items())
+    tab.add("ext.restore_bitexact", same, "ok" if same else "FAIL", "padding rows included")
+    rule = UpdateRule(**{k: v for k, v in ctx.es.items() if k in ("sigma", "alpha")})
+    rec = rule.make([(51, 1.0, b.version), (52, -0.5, b.version)], b.version)
+    w.es_replay([r.to_dict() for r in [*b.es.log, rec]], rec.version)
+    b.sync([*b.es.log, rec])
+    same = fused_equal(fuse(dict(b.model.named_parameters()), pieces, shapes, fill=0.0))
+    tab.add("ext.update_vs_hf", same, "ok" if same else "FAIL")
+    self_test = w.es_self_test(7)
+    tab.add("ext.self_test", self_test["ok"], "ok" if self_test["ok"] else "FAIL",
+            "perturb changes the checksum, restore returns it")  # fmt: skip
+    w.es_close()
+
+
+def load_policies() -> tuple[Any, str]:
+    """The simulator's policy module; as a single file where the package's deps are missing."""
+    try:
+        from staleness_sim import policies
+
+        return policies, "staleness_sim.policies"
+    except ImportError as exc:  # the package __init__ needs pydantic / simpy; policies does not
+        path = REPO / "staleness_sim" / "policies.py"
+        spec = importlib.util.spec_from_file_location("staleness_sim_policies", path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+        return mod, f"staleness_sim/policies.py loaded as a file ({exc})"
+
+
+def section_async(tab: Table, ctx: SimpleNamespace) -> None:
+    policies, source = load_policies()
+    small = ctx.args.small
+    workers, cohort_size, updates = 2, 2 if small else 3, 2 if small else 3
+    episodes, concurrency = (2, 2) if small else (8, 8)
+    es = {**ctx.es, "sigma": 0.05, "alpha": 0.01}
+    rule = UpdateRule(sigma=es["sigma"], alpha=es["alpha"])
+    policy = policies.make_policy(
+        {"kind": "bounded", "max_lag": 1, "on_stale": "drop"}, cohort_size
+    )
+    backends = [make_hf(ctx, es=es, max_new_tokens=min(ctx.tokens, 32)) for _ in range(workers)]
+    run_seed = 0
+    log: list = []
+    jobs: dict[int, dict[str, Any]] = {}
+    verdicts: list[tuple[int, str, int]] = []
+
+    def run_job(w: int, job: dict[str, Any]) -> float:
+        b = backends[w]
+        b.sync(log[: job["version"]])  # catch up to the dispatch version from seeds
+        batcher = SessionBatcher(b, max_batch=64, window_s=0.02)
+        with b.perturbed(job["seed"], job["sign"]), ThreadPoolExecutor(concurrency) as pool:
+
+            def episode(i: int) -> float:
+                batcher.open_session()
+                try:
+                    g = batcher.generate(GenerationRequest(
+                        conversation(i), seed=derive_seed(job["sampling_seed"], i)))  # fmt: skip
+                finally:
+                    batcher.close_session()
+                return difflib.SequenceMatcher(None, g.text, TARGET).ratio()
+
+            rewards = list(pool.map(episode, range(episodes)))
+        batcher.close()
+        return sum(rewards) / len(rewards)
+
+    t0 = time.perf_counter()
+    idle = list(range(workers))
+    running: dict[Any, tuple[int, int]] = {}
+    with ThreadPoolExecutor(workers) as pool:
+        while policy.version < updates:
+            while idle:  # as RunState.dispatch: the policy decides, seeds are derived by name
+                decision = policy.on_idle(idle[0])
+                if not isinstance(decision, policies.Start):
+                    break
+                w = idle.pop(0)
+                job = {"id": decision.job_id, "version": decision.version,
+                       "seed": derive_seed(run_seed, "perturbation", decision.job_id), "sign": 1,
+                       "sampling_seed": derive_seed(run_seed, "sampling", "version", decision.version)}  # fmt: skip
+                jobs[job["id"]] = job
+                running[pool.submit(run_job, w, job)] = (w, job["id"])
+            done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            for fut in done:
+                w, j = running.pop(fut)
+                jobs[j]["reward"] = fut.result()
+                verdict = policy.on_result(j)  # as RunState.land
+                verdicts.append((j, type(verdict).__name__, verdict.lag))
+                idle.append(w)
+                while policy.ready() and policy.version < updates:  # as RunState.commit
+                    cohort = policy.commit()
+                    results = [Result(jobs[k]["seed"], jobs[k]["reward"], jobs[k]["version"])
+                               for k in cohort.job_ids]  # fmt: skip
+                    log.append(rule.make(results, cohort.version - 1))
+        for fut in list(running):  # the run ends: jobs in flight are cancelled, as RunState.end
+            fut.result()
+            policy.on_cancel(running.pop(fut)[1])
+    wall = time.perf_counter() - t0
+    accepted = [lag for _, v, lag in verdicts if v == "Accept"]
+    discarded = sum(1 for _, v, _ in verdicts if v == "Discard")
+    for b in backends:
+        b.sync(log)
+    agree = len({b.weights_hash() for b in backends}) == 1
+    for b in backends:
+        b.close()
+    tab.add("async.task", "string match (no container)", note=f"reward = difflib ratio to {TARGET}")
+    tab.add(
+        "async.policy",
+        "bounded max_lag=1 drop",
+        note=f"{workers} workers, cohort {cohort_size}; {source}",
+    )
+    tab.add("async.updates", len(log), "ok" if len(log) == updates else "FAIL")
+    tab.add("async.accepted", len(accepted), note=f"lags {accepted}")
+    tab.add("async.discarded", discarded)
+    tab.add(
+        "async.max_lag", max(accepted, default=0), "ok" if max(accepted, default=0) <= 1 else "FAIL"
+    )
+    rewards = [j["reward"] for j in jobs.values() if "reward" in j]
+    tab.add("async.mean_reward", sum(rewards) / len(rewards), note=f"over {len(rewards)} jobs")
+    tab.add("async.nonzero_updates", sum(any(c != 0.0 for _, c in r.entries) for r in log))
+    tab.add("async.wall_s", wall, note=f"{episodes} episodes per job, {concurrency} sessions")
+    tab.add("async.workers_agree", agree, "ok" if agree else "FAIL",
+            "every worker replays the log to the same weights")  # fmt: skip
+
+
+def vllm_reason(device: str) -> str | None:
+    try:
+        import vllm  # noqa: F401
+    except ImportError as exc:
+        return f"vLLM does not import ({exc})"
+    if not device.startswith("cuda"):
+        return "no GPU: the vLLM engine runs on CUDA only"
+    return None
+
+
+def section_vllm(tab: Table, ctx: SimpleNamespace) -> None:
+    reason = vllm_reason(ctx.device)
+    if reason is not None:
+        tab.add("vllm.status", "skipped", "skipped", reason)
+        return
+    import vllm
+
+    tab.add("vllm.version", vllm.__version__)
+    common = {"path": str(ctx.model_dir), "dtype": ctx.dtype, "device": ctx.device,
+              "es": ctx.es, "temperature": 1.0, "max_new_tokens": ctx.tokens,
+              "context_tokens": ctx.context, "stop": ()}  # fmt: skip
+    ref = make_backend("hf", **common)
+    rates: dict[str, float] = {}
+    try:
+        for mode in ("off", "reset"):
+            if time.perf_counter() - ctx.t0 > ctx.args.budget_s:
+                tab.add(f"vllm.{mode}", "skipped", "skipped", "time budget spent")
+                continue
+            engine = {"prefix_cache": mode, "gpu_memory_utilization": ctx.args.vllm_memory,
+                      "enforce_eager": ctx.args.vllm_eager}  # fmt: skip
+            t0 = time.perf_counter()
+            b = make_backend("vllm", engine=engine, **common)
+            try:
+                tab.add(f"vllm.{mode}.start_s", time.perf_counter() - t0, note="engine + self-test")
+                ok = bool(b.self_test_result and b.self_test_result["ok"])
+                tab.add(f"vllm.{mode}.self_test", ok, "ok" if ok else "FAIL")
+                if mode == "off":
+                    same = b.base_hash == ref.base_hash
+                    tab.add("vllm.base_hash_vs_hf", same, "ok" if same else "FAIL",
+                            "the name map fits the engine's tensors")  # fmt: skip
+                    with b.perturbed(61), ref.perturbed(61):
+                        same = b.weights_hash() == ref.weights_hash()
+                    tab.add(
+                        "vllm.perturb_vs_hf", same, "ok" if same else "FAIL", "same device type"
+                    )
+                    rule = UpdateRule(
+                        **{k: v for k, v in ctx.es.items() if k in ("sigma", "alpha")}
+                    )
+                    log = [rule.make([(71, 1.0, 0), (72, 0.0, 0)], 0)]
+                    b.sync(log)
+                    ref.sync(log)
+                    same = b.weights_hash() == ref.weights_hash()
+                    tab.add("vllm.update_vs_hf", same, "ok" if same else "FAIL")
+                    for n in (1, 32):
+                        tokens, seconds = concurrent_sessions(b, n, 100)
+                        tab.add(f"vllm.tokens_per_s.{n}", tokens / seconds, note=f"{n} session(s)")
+                # multi-turn sessions inside one perturbation (a job), where caching matters
+                with b.perturbed(81):
+                    tokens, seconds = concurrent_sessions(b, 32, 500, turns=3)
+                rates[mode] = tokens / seconds
+                tab.add(f"vllm.{mode}.multiturn_tokens_per_s", rates[mode],
+                        note=f"32 sessions x 3 turns; prefix cache {mode}; "
+                        f"{b.stats['prefix_resets']} resets")  # fmt: skip
+            finally:
+                b.close()
+        if len(rates) == 2:
+            tab.add("vllm.reset_vs_off", rates["reset"] / rates["off"],
+                    note="multi-turn throughput, prefix cache reset at weight changes / off")  # fmt: skip
+    finally:
+        ref.close()
+
+
+SECTIONS = [("model", section_model), ("hf", section_hf), ("es", section_es),
+            ("ext", section_ext), ("async", section_async), ("vllm", section_vllm)]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--small", action="store_true", help="tiny model, few tokens (CPU tests)")
+    ap.add_argument("--device", default=None, help="cuda (default when there is one) or cpu")
+    ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16", "float16"])
+    ap.add_argument("--tokens", type=int, default=None, help="tokens per reply (128; small 6)")
+    ap.add_argument("--noise", default="auto", help="noise scheme: auto | default | NAME")
+    ap.add_argument("--model-dir", default=None, help="reuse (or keep) the model here")
+    ap.add_argument("--json", default=None, help="also write the table as JSON here")
+    ap.add_argument("--budget-s", type=float, default=420.0, help="skip sections after this")
+    ap.add_argument("--vllm-memory", type=float, default=0.3, help="gpu_memory_utilization")
+    ap.add_argument("--vllm-eager", action="store_true", help="vLLM without CUDA graphs")
+    ap.add_argument("--skip", nargs="*", default=[], choices=[n for n, _ in SECTIONS])
+    args = ap.parse_args(argv)
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    noise, why = choose_noise(args.noise)
+    tmp = Path(tempfile.mkdtemp(prefix="gpu_check-"))
+    ctx = SimpleNamespace(
+        args=args, device=device, dtype=args.dtype, torch_dtype=getattr(torch, args.dtype),
+        tokens=args.tokens or (6 if args.small else 128), context=512 if args.small else 2048,
+        es={"sigma": 0.01, "alpha": 0.5, **noise}, tmp=tmp, t0=time.perf_counter(), hf=None,
+    )  # fmt: skip
+    tab = Table()
+    name = (
+        torch.cuda.get_device_name() if device.startswith("cuda") else platform.processor() or "cpu"
+    )
+    tab.add("env.device", device, note=name)
+    tab.add("env.torch", torch.__version__)
+    import transformers
+
+    tab.add("env.transformers", transformers.__version__)
+    tab.add("env.noise", noise.get("noise", "default"), note=why)
+    tab.add("env.small", bool(args.small))
+    try:
+        for key, fn in SECTIONS:
+            if key in args.skip:
+                tab.add(f"{key}.status", "skipped", "skipped", "--skip")
+                continue
+            if key != "model" and time.perf_counter() - ctx.t0 > args.budget_s:
+                tab.add(f"{key}.status", "skipped", "skipped", "time budget spent")
+                continue
+            if key in ("es", "ext") and ctx.hf is None:
+                ctx.hf = make_hf(ctx)
+            t0 = time.perf_counter()
+            try:
+                fn(tab, ctx)
+            except KeyboardInterrupt:
+                raise
+            except Exception as exc:  # noqa: BLE001 - reported in the table, the rest still runs
+                traceback.print_exc()
+                tab.add(f"{key}.status", f"{type(exc).__name__}: {exc}"[:200], "error")
+                if key == "model":
+                    break
+            else:
+                tab.add(f"{key}.seconds", time.perf_counter() - t0)
+            if key == "es" and "es.noise_scheme" not in tab.results and ctx.hf is not None:
+                tab.add("es.noise_scheme", ctx.hf.es.config()["noise"]["scheme"])
+    except KeyboardInterrupt:
+        tab.add("interrupted", True, "error", "stopped by a signal (time limit?)")
+    finally:
+        if ctx.hf is not None:
+            with contextlib.suppress(Exception):
+                ctx.hf.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    tab.add("elapsed_s", time.perf_counter() - ctx.t0)
+    print(tab.render(), flush=True)
+    doc = {"schema": "gpu_check/v1", "failed": tab.failed, "results": tab.results, "rows": tab.rows}
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(doc, indent=1, default=str))
+    return 1 if tab.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

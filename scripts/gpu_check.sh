@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One command for a GPU machine: builds a random ~365M-parameter Qwen2-architecture model
+# locally, then measures hf generation at 1 and 32 sessions, checks ES perturb / restore /
+# update exactness (against a CPU reference) and speed (against the device's copy
+# bandwidth), the vllm worker extension on the device, a few asynchronous updates on a
+# task that needs no container, and the vLLM engine if vLLM imports. Prints one table;
+# with OUT set, also writes it as $OUT/gpu_check.json. No network; needs torch and
+# transformers only (the simulator's policy file is loaded without its package's deps).
+# Sized for well under 8 minutes on one H200 (an estimate: not yet run there); a hard
+# stop at 470 s (the table is still printed).
+# Extra arguments go to benchmarks/gpu_check.py (--small: tiny model, runs on CPU);
+# PYTHON picks the interpreter (default python3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+args=()
+if [ -n "${OUT:-}" ]; then
+  mkdir -p "$OUT"
+  args+=(--json "$OUT/gpu_check.json")
+fi
+# SIGINT at 470 s: the script stops the running section and still prints the table.
+exec timeout --signal=INT --kill-after=10 470 "${PYTHON:-python3}" benchmarks/gpu_check.py \
+  ${args[@]+"${args[@]}"} "$@"
