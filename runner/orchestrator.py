@@ -83,7 +83,9 @@ class Orchestrator:
         # Builds worker i: LocalWorker, or a Ray actor's handle with backend: ray.
         self.worker_class = worker_class or worker_factory(config)
         es = config.es
-        self.rule = UpdateRule(es.sigma, es.alpha, es.shaping, es.antithetic, es.staleness)
+        self.rule = UpdateRule(
+            es.sigma, es.alpha, es.shaping, es.antithetic, es.staleness, noise=es.noise
+        )
         self.state = RunState(config, self.rule)
         self._offset = 0.0
         self._m0 = time.monotonic()

@@ -12,7 +12,6 @@ per-thread workspace of one noise chunk (plus one accumulator chunk for updates)
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -114,7 +113,7 @@ class ESOptimizer:
         include: Callable[[str, torch.nn.Parameter], bool] | None = None,
         hash_base: bool = True,
     ) -> None:
-        self.rule = UpdateRule(sigma, alpha, shaping, antithetic, staleness)
+        self.rule = UpdateRule(sigma, alpha, shaping, antithetic, staleness, noise)
         self.noise_scheme = check_scheme(noise)
         if not isinstance(noise_block, int) or noise_block < 1:
             raise ValueError(f"noise_block must be a positive integer, got {noise_block!r}")
@@ -331,7 +330,7 @@ class ESOptimizer:
         The record names this optimizer's noise scheme, so that it cannot be replayed with
         another one.
         """
-        return dataclasses.replace(self.rule.make(results, self._version), noise=self.noise_scheme)
+        return self.rule.make(results, self._version)
 
     def step(self, results: Iterable[Result | tuple]) -> UpdateRecord:
         """Commit one update from ``(seed, reward, dispatch_version[, sign])`` results.

@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from runner.es.noise import check_scheme
 from runner.es.records import Result, UpdateRecord
 from runner.es.shaping import get_shaping
 from runner.es.staleness import DropOver, StalenessRule, parse_staleness
@@ -37,6 +38,7 @@ class UpdateRule:
         shaping: str = "zscore",
         antithetic: bool = False,
         staleness: str | StalenessRule | None = "none",
+        noise: str | None = None,
     ) -> None:
         self.sigma = _finite("sigma", sigma)
         if self.sigma <= 0:
@@ -48,6 +50,9 @@ class UpdateRule:
         self._shape_fn = get_shaping(shaping)
         self.antithetic = bool(antithetic)
         self.staleness = parse_staleness(staleness)
+        # the workers' noise scheme, stamped on each record so a replay with another
+        # scheme is refused (None: not recorded)
+        self.noise = None if noise is None else check_scheme(noise)
 
     def make(self, results: Iterable[Result | tuple], version: int) -> UpdateRecord:
         """The record that takes ``version`` to ``version + 1`` from ``results``."""
@@ -104,6 +109,7 @@ class UpdateRule:
             n_accepted=len(accepted),
             lags=tuple(lag for _, lag, _ in accepted),
             dropped=tuple(dropped),
+            noise=self.noise,
         )
 
     def config(self) -> dict[str, Any]:

@@ -360,6 +360,19 @@ def test_replaying_records_of_another_scheme_is_an_error(two_tensors):
     assert ESOptimizer(two_tensors(), noise=V2, **SMALL).replay(bare) == 1
 
 
+def test_a_coordinators_rule_stamps_the_run_scheme(two_tensors):
+    # the orchestrator's UpdateRule is built with the run's es.noise, so its records are
+    # refused by a worker whose optimizer draws another scheme
+    from runner.es import UpdateRule
+
+    record = UpdateRule(sigma=0.01, alpha=0.01, noise=V2).make([(5, 1.0, 0), (6, 0.0, 0)], 0)
+    assert record.noise == V2 and record.to_dict()["noise"] == V2
+    assert ESOptimizer(two_tensors(), noise=V2, **SMALL).replay([record]) == 1
+    with pytest.raises(ValueError, match="'philox-v2'.*'blockseed-v1'"):
+        ESOptimizer(two_tensors(), **SMALL).replay([record])
+    assert UpdateRule(sigma=0.01, alpha=0.01).make([(5, 1.0, 0)], 0).noise is None
+
+
 def test_unknown_scheme_is_rejected(two_tensors):
     with pytest.raises(ValueError, match="noise must be one of blockseed-v1, philox-v2"):
         ESOptimizer(two_tensors(), noise="philox", **SMALL)
