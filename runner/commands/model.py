@@ -1,4 +1,5 @@
-"""``es-runner model make-tiny DIR``: a tiny Qwen2-architecture model saved like a checkpoint."""
+"""``es-runner model make-tiny DIR``: a tiny Qwen2-architecture model saved like a checkpoint;
+``es-runner model pretrain OUT``: the same architecture warm-started on generated tasks."""
 
 from __future__ import annotations
 
@@ -25,6 +26,123 @@ def register(sub: argparse._SubParsersAction) -> None:
     tiny.add_argument("--context", type=int, default=4096, help="max position embeddings")
     tiny.add_argument("--seed", type=int, default=0)
     tiny.set_defaults(func=make_tiny)
+
+    from runner.models.pretrain import PretrainConfig
+
+    d = PretrainConfig()
+    pre = msub.add_parser(
+        "pretrain",
+        help="warm-start a tiny model on generated tasks' reference solutions (CPU, minutes)",
+        description="Supervised warm start of a tiny Qwen2-architecture model on conversations "
+        "made from the reference solutions of generated tasks (train split only), rendered "
+        "exactly as the runner renders them at rollout time. Writes a from_pretrained folder "
+        "(model + tokenizer), pretrain.json, loss.csv and loss.png; the generated tasks go to "
+        "OUT/tasks unless --task-dir is given. Evaluate with 'es-runner eval --model OUT "
+        "--tasks OUT/tasks --split test'.",
+    )
+    pre.add_argument("out", type=Path, help="output folder (new or empty)")
+    pre.add_argument(
+        "--tasks", type=int, default=DEFAULT_TASKS, help="tasks to generate (80%% are trained on)"
+    )
+    pre.add_argument("--task-seed", type=int, default=0, help="seed of the task generator")
+    pre.add_argument(
+        "--categories",
+        nargs="+",
+        metavar="NAME",
+        help="generate only these task categories (default: all)",
+    )
+    pre.add_argument(
+        "--task-dir",
+        type=Path,
+        help="use this task folder's train split instead of generating (it must have train.txt)",
+    )
+    pre.add_argument("--steps", type=int, default=d.steps, help="optimizer steps")
+    pre.add_argument("--seed", type=int, default=d.seed, help="seed of the weights and data order")
+    pre.add_argument("--batch-size", type=int, default=d.batch_size)
+    pre.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (AdamW)")
+    pre.add_argument(
+        "--prompt-loss-weight",
+        type=float,
+        default=d.prompt_loss_weight,
+        help="weight of the loss on instruction and observation tokens (assistant tokens: 1)",
+    )
+    pre.add_argument("--layers", type=int, default=d.num_layers)
+    pre.add_argument("--hidden", type=int, default=d.hidden_size, help="a multiple of 32")
+    pre.add_argument("--vocab", type=int, default=d.vocab_size, help="tokenizer vocabulary size")
+    pre.add_argument(
+        "--context", type=int, default=d.context_tokens, help="context tokens (rollout budget)"
+    )
+    pre.add_argument(
+        "--max-new-tokens", type=int, default=d.max_new_tokens, help="tokens per turn at rollout"
+    )
+    pre.add_argument(
+        "--observations",
+        choices=("record", "sandbox"),
+        default="record",
+        help="record: the reference commands' recorded (silent) output, no container; "
+        "sandbox: run every solution in its container first (builds every train image)",
+    )
+    pre.add_argument("--no-progress", action="store_true", help="no progress bar")
+    pre.set_defaults(func=pretrain)
+
+
+DEFAULT_TASKS = 3000
+
+
+def pretrain(args: argparse.Namespace) -> int:
+    from runner.models.pretrain import PretrainConfig, pretrain_model
+
+    if args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())):
+        raise UserError(f"{args.out} exists and is not empty")
+    if args.steps < 0 or args.batch_size < 1 or args.lr <= 0 or args.prompt_loss_weight < 0:
+        raise UserError(
+            "--steps must be >= 0, --batch-size >= 1, --lr > 0, --prompt-loss-weight >= 0"
+        )
+    if args.layers < 1 or args.hidden < 32 or args.hidden % 32:
+        raise UserError(f"--layers must be >= 1 and --hidden a multiple of 32, got {args.hidden}")
+    if args.vocab < 300 or args.context <= args.max_new_tokens or args.max_new_tokens < 1:
+        raise UserError("--vocab must be >= 300 and --context > --max-new-tokens >= 1")
+    if args.task_dir is not None:
+        if not args.task_dir.is_dir():
+            raise UserError(f"--task-dir {args.task_dir}: no such folder")
+        if not (args.task_dir / "train.txt").is_file():
+            raise UserError(f"--task-dir {args.task_dir}: no train.txt (no train split)")
+    elif args.categories:
+        from runner.terminal.generator.categories import CATEGORIES
+
+        unknown = sorted(set(args.categories) - set(CATEGORIES))
+        if unknown:
+            raise UserError(f"--categories: unknown {unknown}; known: {', '.join(CATEGORIES)}")
+    if args.task_dir is None and args.tasks < 10:
+        raise UserError(f"--tasks must be >= 10 (80 % are the train split), got {args.tasks}")
+    heads = args.hidden // 32
+    cfg = PretrainConfig(
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        prompt_loss_weight=args.prompt_loss_weight,
+        seed=args.seed,
+        vocab_size=args.vocab,
+        hidden_size=args.hidden,
+        num_layers=args.layers,
+        num_heads=heads,
+        num_kv_heads=heads // 2 if heads % 2 == 0 else heads,
+        intermediate_size=3 * args.hidden,
+        context_tokens=args.context,
+        max_new_tokens=args.max_new_tokens,
+    )
+    summary = pretrain_model(
+        args.out,
+        cfg,
+        task_dir=args.task_dir,
+        n_tasks=args.tasks,
+        task_seed=args.task_seed,
+        categories=args.categories,
+        observations=args.observations,
+        show_progress=not args.no_progress,
+    )
+    print(json.dumps(summary["result"]))
+    return 0
 
 
 def make_tiny(args: argparse.Namespace) -> int:

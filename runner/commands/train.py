@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 import time
 from pathlib import Path
 
@@ -36,17 +37,45 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     ev = sub.add_parser(
         "eval",
-        help="evaluate a run's weights (a version) on held-out tasks",
+        help="evaluate a run's weights (a version), or a model folder, on held-out tasks",
         description="Evaluate the unperturbed weights of one version of a run on a task split; "
-        "success per seed and the mean, written to RUN_DIR/eval.parquet.",
+        "success per seed and the mean, written to RUN_DIR/eval.parquet. Or, with --model DIR "
+        "--tasks TASK_DIR, a saved model folder (e.g. from 'es-runner model pretrain'): real "
+        "episodes in containers, success per category and overall.",
     )
-    ev.add_argument("run_dir", type=Path)
+    ev.add_argument("run_dir", type=Path, nargs="?", help="run directory (or give --model)")
     ev.add_argument("--version", type=int, help="version to evaluate (default: the last)")
     ev.add_argument("--split", default=None, help="task split (default: the config's eval.split)")
     ev.add_argument("--seeds", type=int, nargs="+", help="sampling seeds (default: eval.seeds)")
     ev.add_argument("--max-tasks", type=int, help="only the first K tasks of the split")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
+    model = ev.add_argument_group(
+        "a model folder", "evaluate a saved model instead of a run (defaults suit the tiny model)"
+    )
+    model.add_argument("--model", type=Path, metavar="DIR", help="a from_pretrained folder")
+    model.add_argument("--tasks", type=Path, metavar="TASK_DIR", help="task folder with splits")
+    model.add_argument("--temperature", type=float, default=0.6)
+    model.add_argument("--top-p", type=float, default=1.0)
+    model.add_argument("--max-turns", type=int, default=MODEL_EVAL["max_turns"])
+    model.add_argument("--max-new-tokens", type=int, default=MODEL_EVAL["max_new_tokens"])
+    model.add_argument("--context-tokens", type=int, default=MODEL_EVAL["context_tokens"])
+    model.add_argument("--concurrency", type=int, default=MODEL_EVAL["concurrency"])
+    model.add_argument("--command-timeout", type=float, default=MODEL_EVAL["command_timeout_s"])
+    model.add_argument("--out", type=Path, metavar="FILE", help="write the rows (parquet)")
+    ev.add_argument("--no-progress", action="store_true", help="no progress bar")
     ev.set_defaults(func=cmd_eval)
+
+
+# What ``eval --model`` runs with unless told otherwise: the tiny model's rollout settings
+# (configs/runner/cpu_learn.yaml).
+MODEL_EVAL = {
+    "max_turns": 8,
+    "max_new_tokens": 160,
+    "context_tokens": 1024,
+    "concurrency": 4,
+    "command_timeout_s": 10.0,
+    "episode_timeout_s": 120.0,
+}
 
 
 # -- train ----------------------------------------------------------------------------------
@@ -194,16 +223,16 @@ def format_run_table(run, config) -> str:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    import threading
-
-    from runner.backends import SessionBatcher
-    from runner.evaluation import evaluate, success_table
+    if args.model is not None or args.tasks is not None:
+        return cmd_eval_model(args)
+    if args.run_dir is None:
+        raise UserError("give a RUN_DIR, or --model DIR --tasks TASK_DIR")
+    from runner.evaluation import success_table
     from runner.orchestrator import replay_log
     from runner.rollouts import docker_client
     from runner.run_dir import RunDir
     from runner.terminal import reaper
     from runner.terminal.images import ImageBuilder
-    from runner.workers import build_backend
 
     run = RunDir.open(args.run_dir)
     config = run.config()
@@ -217,24 +246,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     reaper.reap_orphans(client)
     builder = ImageBuilder(client)
     pool = prepare_pool(
-        task_folder(run, config), split, builder, args.max_tasks or config.eval.max_tasks
+        task_folder(run, config),
+        split,
+        builder,
+        args.max_tasks or config.eval.max_tasks,
+        show=not args.no_progress,
     )
-    backend = build_backend(config)
-    batcher = SessionBatcher(backend, config.model.max_batch, config.model.batch_window_s)
-    abort = threading.Event()
-    try:
-        backend.sync(log_[:version])
-        rows = evaluate(
-            backend, batcher, pool, version=version, split=split, seeds=seeds,
-            config=config, client=client, builder=builder, abort=abort,
-        )  # fmt: skip
-    except KeyboardInterrupt:
-        abort.set()
-        reaper.remove_all_live()
-        raise
-    finally:
-        batcher.close()
-        backend.close()
+    rows = _evaluate_weights(config, pool, log_[:version], version, split, seeds, client, builder)
     run.merge_eval(rows)
     table = success_table(rows)
     result = {
@@ -250,5 +268,166 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(table.to_string(index=False, float_format="{:.3f}".format))
         print(
             f"mean success over {len(seeds)} seed(s): {result['success']:.3f} ({len(pool)} tasks)"
+        )
+    return 0
+
+
+def _evaluate_weights(config, pool, log_, version, split, seeds, client, builder):
+    """Rows of ``eval.parquet`` for the weights at ``version`` (the base weights + ``log_``)."""
+    import threading
+
+    from runner.backends import SessionBatcher
+    from runner.evaluation import evaluate
+    from runner.terminal import reaper
+    from runner.workers import build_backend
+
+    backend = build_backend(config)
+    batcher = SessionBatcher(backend, config.model.max_batch, config.model.batch_window_s)
+    abort = threading.Event()
+    try:
+        backend.sync(log_)
+        return evaluate(
+            backend, batcher, pool, version=version, split=split, seeds=seeds,
+            config=config, client=client, builder=builder, abort=abort,
+        )  # fmt: skip
+    except KeyboardInterrupt:
+        abort.set()
+        reaper.remove_all_live()
+        raise
+    finally:
+        batcher.close()
+        backend.close()
+
+
+def model_eval_config(args: argparse.Namespace):
+    """A one-worker run config holding ``eval --model``'s model, sampling and episode settings.
+
+    The evaluation then goes through exactly the code a run's evaluation takes
+    (:func:`runner.evaluation.evaluate`: the backend, the session batcher, the rollouts).
+    """
+    from runner.config import validate_run
+    from staleness_sim.config import ConfigError
+
+    data = {
+        "name": "eval-model",
+        "workers": 1,
+        "cohort": 1,
+        "updates": 1,
+        "policy": {"kind": "sync"},
+        "model": {"backend": "hf", "path": str(args.model.resolve()), "device": "cpu"},
+        "sampling": {
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+            "max_new_tokens": args.max_new_tokens,
+        },
+        "tasks": {"dir": str(args.tasks.resolve()), "split": args.split or "test"},
+        "episodes_per_job": 1,
+        "concurrency": args.concurrency,
+        "max_turns": args.max_turns,
+        "context_tokens": args.context_tokens,
+        "command_timeout_s": args.command_timeout,
+        "episode_timeout_s": MODEL_EVAL["episode_timeout_s"],
+    }
+    try:
+        return validate_run(data, "eval --model")
+    except ConfigError as exc:  # e.g. "eval --model: sampling.max_new_tokens: ..."
+        raise UserError(str(exc)) from None
+
+
+def model_training_tasks(model: Path) -> set[str]:
+    """Task ids the model was warm-started on (``pretrain.json``), if it says."""
+    meta = model / "pretrain.json"
+    if not meta.is_file():
+        return set()
+    try:
+        return set(json.loads(meta.read_text()).get("data", {}).get("train_task_ids", []))
+    except (OSError, ValueError, AttributeError):
+        return set()
+
+
+def cmd_eval_model(args: argparse.Namespace) -> int:
+    """``es-runner eval --model DIR --tasks TASK_DIR``: success per category and overall."""
+    from runner.evaluation import success_table
+    from runner.rollouts import docker_client
+    from runner.task_pool import SPLITS, split_ids
+    from runner.terminal import reaper
+    from runner.terminal.images import ImageBuilder
+
+    if args.run_dir is not None:
+        raise UserError("give either RUN_DIR or --model DIR --tasks TASK_DIR, not both")
+    if args.version is not None:
+        raise UserError("--version belongs to a run directory; a model folder has one version")
+    if args.model is None or args.tasks is None:
+        raise UserError("--model DIR and --tasks TASK_DIR go together")
+    if not (args.model / "config.json").is_file():
+        what = "no such folder" if not args.model.is_dir() else "no config.json in it"
+        raise UserError(f"--model {args.model}: not a model folder ({what})")
+    if not args.tasks.is_dir():
+        raise UserError(f"--tasks {args.tasks}: no such folder")
+    split = args.split or "test"
+    if split != "all" and not (args.tasks / f"{split}.txt").is_file():
+        have = [s for s in SPLITS if (args.tasks / f"{s}.txt").is_file()]
+        raise UserError(
+            f"--split {split}: {args.tasks} has no {split}.txt "
+            f"(splits there: {', '.join(have) or 'none'}; or --split all)"
+        )
+    if not split_ids(args.tasks, split):
+        raise UserError(f"--split {split}: {args.tasks}/{split}.txt lists no task")
+    for name, value in (("--max-turns", args.max_turns), ("--concurrency", args.concurrency)):
+        if value < 1:
+            raise UserError(f"{name} must be >= 1, got {value}")
+    if args.max_tasks is not None and args.max_tasks < 1:
+        raise UserError(f"--max-tasks must be >= 1, got {args.max_tasks}")
+    config = model_eval_config(args)
+    seeds = args.seeds or [42]
+    client = docker_client()
+    reaper.reap_orphans(client)
+    builder = ImageBuilder(client)
+    pool = prepare_pool(args.tasks, split, builder, args.max_tasks, show=not args.no_progress)
+    seen = model_training_tasks(args.model) & set(pool.by_id)
+    if seen:
+        print(
+            f"es-runner: warning: {len(seen)} of the {len(pool)} evaluated tasks are in the "
+            f"model's training data ({args.model / 'pretrain.json'})",
+            file=sys.stderr,
+        )
+    rows = _evaluate_weights(config, pool, [], 0, split, seeds, client, builder)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        rows.drop(columns=["version"]).assign(model=str(args.model)).to_parquet(args.out)
+    table = success_table(rows)
+    per_category = rows.groupby("category")["reward"].mean()
+    result = {
+        "model": str(args.model),
+        "tasks": str(args.tasks),
+        "split": split,
+        "n_tasks": len(pool),
+        "skipped": len(pool.skipped),
+        "seeds": list(seeds),
+        "per_seed": {int(r.seed): float(r.success) for r in table.itertuples()},
+        "per_category": {str(k): float(v) for k, v in per_category.items()},
+        "success": float(table["success"].mean()),
+        "episodes": len(rows),
+        "errors": int(rows["error"].notna().sum()),
+        "seen_in_training": len(seen),
+        "settings": {
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+            "max_turns": args.max_turns,
+            "max_new_tokens": args.max_new_tokens,
+            "context_tokens": args.context_tokens,
+        },
+    }
+    if args.json:
+        print(json.dumps(result))
+    else:
+        width = max([len("category"), *map(len, result["per_category"])])
+        print(f"{'category':<{width}}  success")
+        for cat, value in result["per_category"].items():
+            print(f"{cat:<{width}}  {value:.3f}")
+        per_seed = ", ".join(f"{k}: {v:.3f}" for k, v in result["per_seed"].items())
+        print(f"per seed: {per_seed}")
+        print(
+            f"success {result['success']:.3f} over {len(pool)} {split} tasks x {len(seeds)} seed(s)"
         )
     return 0

@@ -40,6 +40,18 @@ def generate_specs(
     return out
 
 
+def interleave(ids: list[str], category: dict[str, str]) -> list[str]:
+    """Categories in turn (each sorted), so the first K tasks of a split cover the categories
+    evenly: what ``eval.max_tasks`` and ``--max-tasks`` take."""
+    by_category: dict[str, list[str]] = {}
+    for task_id in sorted(ids):
+        by_category.setdefault(category[task_id], []).append(task_id)
+    lists = [by_category[c] for c in sorted(by_category)]
+    return [
+        ids_[k] for k in range(max(map(len, lists), default=0)) for ids_ in lists if k < len(ids_)
+    ]
+
+
 def write_tasks(
     out_dir: str | Path, n: int, seed: int, categories: list[str] | None = None
 ) -> list[Path]:
@@ -48,12 +60,13 @@ def write_tasks(
     specs = generate_specs(n, seed, categories)
     paths = [spec.write(root, task_id) for task_id, spec in specs]
     ids = [task_id for task_id, _ in specs]
+    category = {task_id: spec.category for task_id, spec in specs}
     random.Random(seed).shuffle(ids)
     start = 0
     counts = {}
     for i, (name, frac) in enumerate(SPLITS):
         end = len(ids) if i == len(SPLITS) - 1 else start + round(frac * len(ids))
-        chunk = sorted(ids[start:end])
+        chunk = interleave(ids[start:end], category)
         (root / f"{name}.txt").write_text("".join(t + "\n" for t in chunk))
         counts[name] = len(chunk)
         start = end

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# A tiny agent that learns on a laptop (docs/learning.md): warm-start a tiny model on the
+# generated tasks' reference solutions, measure its held-out success, then run ES from it
+# under four schedules and measure again.
+#
+#   bash scripts/learn_on_laptop.sh [WORK_DIR]        (WORK_DIR default: runs/learn)
+#
+# Steps are skipped when their output exists, so a stopped script picks up where it was.
+# Knobs (environment): PRETRAIN_ARGS (extra `model pretrain` options), EVAL_SEEDS
+# (default "1 2 3"), SCHEDULES (default "sync bounded cd4 cd8"), UPDATES (default: the
+# config's), WARM_EVAL_TASKS (test tasks for the warm start's own evaluation, default 70:
+# 5 per category), EVAL_TASKS (test tasks per evaluation during ES, default: the config's).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work="${1:-runs/learn}"
+model="$work/pretrained"
+seeds=(${EVAL_SEEDS:-1 2 3})
+mkdir -p "$work"
+
+if [ ! -f "$model/pretrain.json" ]; then
+  echo "== pretrain -> $model"
+  rm -rf "$model"
+  # shellcheck disable=SC2086
+  es-runner model pretrain "$model" ${PRETRAIN_ARGS:-}
+fi
+
+if [ ! -f "$work/eval_pretrained.json" ]; then
+  echo "== held-out success of the warm start"
+  es-runner eval --model "$model" --tasks "$model/tasks" --split test --seeds "${seeds[@]}" \
+    --max-tasks "${WARM_EVAL_TASKS:-70}" --json --out "$work/eval_pretrained.parquet" --no-progress \
+    >"$work/eval_pretrained.json.tmp"
+  mv "$work/eval_pretrained.json.tmp" "$work/eval_pretrained.json"
+fi
+cat "$work/eval_pretrained.json"
+
+policy() {
+  case $1 in
+    sync) echo "{kind: sync}" ;;
+    bounded) echo "{kind: bounded, max_lag: 1, on_stale: drop}" ;;
+    cd4) echo "{kind: controlled_delay, fraction: 0.1, delay: 4}" ;;
+    cd8) echo "{kind: controlled_delay, fraction: 0.1, delay: 8}" ;;
+    *) echo "unknown schedule $1" >&2; exit 2 ;;
+  esac
+}
+
+for schedule in ${SCHEDULES:-sync bounded cd4 cd8}; do
+  run="$work/es_$schedule"
+  if tail -n 1 "$run/journal.jsonl" 2>/dev/null | grep -q '"reason":"run ended"'; then
+    echo "== $schedule: finished in $run"
+    continue
+  fi
+  echo "== ES under $schedule -> $run"
+  sets=(--set "policy=$(policy "$schedule")" --set "name=learn-$schedule"
+        --set "model.path=$model" --set "tasks.dir=$model/tasks"
+        --set "eval.seeds=[$(IFS=,; echo "${seeds[*]}")]")
+  [ -n "${UPDATES:-}" ] && sets+=(--set "updates=$UPDATES")
+  [ -n "${EVAL_TASKS:-}" ] && sets+=(--set "eval.max_tasks=$EVAL_TASKS")
+  if [ -f "$run/journal.jsonl" ]; then
+    es-runner train --resume "$run" --no-progress
+  else
+    es-runner train configs/runner/cpu_learn.yaml --out "$run" --no-progress "${sets[@]}"
+  fi
+done
+
+python - "$work" <<'EOF'
+"""One table: held-out success per schedule at version 0 and at the last version (mean and
+spread over the evaluation seeds; the runs' own evaluations, so the same tasks)."""
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+work = Path(sys.argv[1])
+rows = []
+for run in sorted(work.glob("es_*")):
+    per_seed = pd.read_parquet(run / "eval.parquet").groupby(["version", "seed"])["reward"]
+    per_seed = per_seed.mean().unstack()
+    summary = json.loads((run / "summary.json").read_text())
+    first, last = per_seed.index.min(), per_seed.index.max()
+    rows.append({"schedule": run.name[3:], "success_v0": per_seed.loc[first].mean(),
+                 "version": int(last), "success": per_seed.loc[last].mean(),
+                 "spread": per_seed.loc[last].std(ddof=0),
+                 "minutes": summary["wall_clock_s"] / 60})
+table = pd.DataFrame(rows)
+print(table.to_string(index=False, float_format="{:.3f}".format))
+table.to_csv(work / "schedules.csv", index=False)
+EOF
