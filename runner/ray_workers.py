@@ -469,19 +469,6 @@ class RayWorker:
 
 def remove_owned(client, owner: str) -> int:
     """Force-remove the sandbox containers whose owner label is exactly ``owner``."""
-    import docker.errors
+    from runner.terminal.reaper import remove_sandboxes
 
-    from runner.terminal.reaper import LABEL_OWNER, LABEL_SANDBOX
-
-    removed = 0
-    for container in client.containers.list(all=True, filters={"label": f"{LABEL_SANDBOX}=1"}):
-        if container.labels.get(LABEL_OWNER) != owner:
-            continue
-        try:
-            container.remove(force=True, v=True)
-            removed += 1
-        except docker.errors.NotFound:
-            pass
-        except docker.errors.APIError as exc:
-            log.warning("could not remove container %s: %s", container.short_id, exc)
-    return removed
+    return remove_sandboxes(client, lambda label: label == owner)

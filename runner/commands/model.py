@@ -115,7 +115,7 @@ def pretrain(args: argparse.Namespace) -> int:
             raise UserError(f"--categories: unknown {unknown}; known: {', '.join(CATEGORIES)}")
     if args.task_dir is None and args.tasks < 10:
         raise UserError(f"--tasks must be >= 10 (80 % are the train split), got {args.tasks}")
-    heads = args.hidden // 32
+    heads, kv_heads = _heads(args.hidden, head_dim=32)
     cfg = PretrainConfig(
         steps=args.steps,
         batch_size=args.batch_size,
@@ -126,7 +126,7 @@ def pretrain(args: argparse.Namespace) -> int:
         hidden_size=args.hidden,
         num_layers=args.layers,
         num_heads=heads,
-        num_kv_heads=heads // 2 if heads % 2 == 0 else heads,
+        num_kv_heads=kv_heads,
         intermediate_size=3 * args.hidden,
         context_tokens=args.context,
         max_new_tokens=args.max_new_tokens,
@@ -145,6 +145,12 @@ def pretrain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _heads(hidden: int, head_dim: int) -> tuple[int, int]:
+    """Attention heads of ``head_dim`` and grouped key/value heads (half, when even)."""
+    heads = hidden // head_dim
+    return heads, heads // 2 if heads % 2 == 0 else heads
+
+
 def make_tiny(args: argparse.Namespace) -> int:
     from runner.models import build_tiny_model
 
@@ -154,7 +160,7 @@ def make_tiny(args: argparse.Namespace) -> int:
         raise UserError(f"--hidden must be a multiple of 16, got {args.hidden}")
     if args.dir.exists() and any(args.dir.iterdir()):
         raise UserError(f"{args.dir} exists and is not empty")
-    heads = args.hidden // 16
+    heads, kv_heads = _heads(args.hidden, head_dim=16)
     out = build_tiny_model(
         args.dir,
         seed=args.seed,
@@ -162,7 +168,7 @@ def make_tiny(args: argparse.Namespace) -> int:
         hidden_size=args.hidden,
         num_layers=args.layers,
         num_heads=heads,
-        num_kv_heads=heads // 2 if heads % 2 == 0 else heads,
+        num_kv_heads=kv_heads,
         intermediate_size=2 * args.hidden,
         max_position_embeddings=args.context,
     )

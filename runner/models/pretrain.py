@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from runner.backends.context import fit_prompt
-from runner.models.tiny import CHAT_TEMPLATE, SPECIAL_TOKENS, tiny_config
+from runner.models.tiny import bpe_tokenizer, tiny_config
 from runner.terminal.episode import initial_messages
 from runner.terminal.protocol import SYSTEM_PROMPT, Message, ScriptedAgent, observation
 from runner.terminal.task import Task
@@ -163,31 +163,7 @@ PRE_TOKENS = r"\s+|\d|[A-Za-z]+|[^\sA-Za-z\d]+"
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
     """A byte-level BPE with every digit its own token; ChatML template, as ``make-tiny``."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(PRE_TOKENS), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(texts, trainer=trainer)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        bos_token=None,
-        chat_template=CHAT_TEMPLATE,
-    )
+    return bpe_tokenizer(texts, vocab_size, split_pattern=PRE_TOKENS)
 
 
 # -- examples -------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ checkpoint takes, so backends and tests exercise the real loading path.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -52,11 +53,28 @@ CHAT_TEMPLATE = (
 
 def build_tokenizer(vocab_size: int = 512) -> Any:
     """Train a byte-level BPE on :data:`CORPUS`; returns a PreTrainedTokenizerFast."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    return bpe_tokenizer(CORPUS, vocab_size)
+
+
+def bpe_tokenizer(texts: Iterable[str], vocab_size: int, split_pattern: str | None = None) -> Any:
+    """A byte-level BPE trained on ``texts`` with the ChatML template and special tokens.
+
+    ``split_pattern``: pieces isolated before the byte-level step (a regex; merges never
+    cross them); None keeps byte-level's own GPT-2 word split.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if split_pattern is None:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(split_pattern), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -64,7 +82,7 @@ def build_tokenizer(vocab_size: int = 512) -> Any:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(CORPUS, trainer=trainer)
+    tok.train_from_iterator(texts, trainer=trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",

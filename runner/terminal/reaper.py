@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import docker
@@ -71,22 +72,36 @@ def sandbox_labels(task_id: str) -> dict[str, str]:
     return {LABEL_SANDBOX: "1", LABEL_OWNER: owner_label(), "es-runner.task": task_id[:200]}
 
 
+def _sandboxes(client: docker.DockerClient) -> list[dict[str, Any]]:
+    # the low-level listing: one call, no per-container inspect, so a container that
+    # another process removes meanwhile cannot make the listing fail
+    return client.api.containers(all=True, filters={"label": LABEL_SANDBOX})
+
+
 def count_sandboxes(client: docker.DockerClient) -> int:
-    return len(client.containers.list(all=True, filters={"label": LABEL_SANDBOX}))
+    return len(_sandboxes(client))
+
+
+def remove_sandboxes(client: docker.DockerClient, owner_matches: Callable[[str], bool]) -> int:
+    """Force-remove the sandbox containers whose owner label matches; return how many."""
+    removed = 0
+    for info in _sandboxes(client):
+        if not owner_matches((info.get("Labels") or {}).get(LABEL_OWNER, "")):
+            continue
+        try:
+            client.api.remove_container(info["Id"], force=True, v=True)
+            removed += 1
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if not (exc.status_code == 409 and "already in progress" in str(exc)):
+                log.warning("could not remove container %s: %s", info["Id"][:12], exc)
+    return removed
 
 
 def reap_orphans(client: docker.DockerClient) -> int:
     """Remove sandbox containers whose owning process is dead; return how many."""
-    removed = 0
-    for container in client.containers.list(all=True, filters={"label": LABEL_SANDBOX}):
-        if owner_is_dead(container.labels.get(LABEL_OWNER, "")):
-            try:
-                container.remove(force=True, v=True)
-                removed += 1
-            except docker.errors.NotFound:
-                pass
-            except docker.errors.APIError as exc:
-                log.warning("could not remove orphan container %s: %s", container.short_id, exc)
+    removed = remove_sandboxes(client, owner_is_dead)
     if removed:
         log.warning("removed %d sandbox container(s) left behind by dead processes", removed)
     return removed

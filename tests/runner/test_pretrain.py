@@ -2,8 +2,8 @@
 
 The learning test trains a small model for a few hundred steps on one task category,
 then plays real episodes in containers: the warm start must lower the loss, solve a
-held-out task that the random model fails. (ES from the warm start with unequal rewards
-is not yet tested: on this small model every perturbed member scored 0; issue 13.)
+held-out task that the random model fails; a cohort of perturbations of it must score
+unequally, so ES takes a non-zero step.
 """
 
 from __future__ import annotations
@@ -155,3 +155,48 @@ def test_warm_start_lowers_the_loss_and_solves_held_out_tasks(warm, tiny_model, 
     failed_by_random = set(random_rows.loc[~random_rows["passed"], "task"])
     assert solved & failed_by_random, (summary, rows[["task", "reward", "turns", "error"]])
     assert summary["success"] == pytest.approx(rows["reward"].mean())
+
+
+def test_es_from_the_warm_start_sees_unequal_rewards_and_steps(warm, engine, run_config, tmp_path):
+    """One ES update from the warm start on its train split: the cohort's rewards differ
+    (the random model's are all 0), so the update's coefficients are non-zero and replaying
+    the checkpoint moves the weights. Greedy decoding: this small model's successes do not
+    survive sampling at temperature 0.3 (all 8 members scored 0), and sigma 0.03 breaks it
+    (all 0 too); at sigma 0.01 members differ (measured: 0, 0.25 and 0.5 in one cohort)."""
+    from transformers import AutoModelForCausalLM
+
+    from runner.es.checkpoint import load_checkpoint
+
+    model, _ = warm
+    config = run_config(
+        **{
+            "model.path": str(model),
+            "tasks.dir": str(model / "tasks"),
+            "tasks.split": "train",
+            "cohort": 8,
+            "updates": 1,
+            "episodes_per_job": 4,
+            "concurrency": 4,
+            "max_turns": 4,
+            "sampling.max_new_tokens": 96,
+            "sampling.temperature": 0.0,
+            "context_tokens": 640,
+            "policy": {"kind": "sync"},
+            "es": {"sigma": 0.01, "alpha": 0.01, "shaping": "zscore", "antithetic": True},
+        }
+    )
+    out = tmp_path / "es"
+    done = cli("train", str(config), "--out", str(out), "--no-progress")
+    assert done.returncode == 0, done.stderr[-3000:]
+    jobs = pd.read_parquet(out / "jobs.parquet")
+    rewards = jobs.loc[jobs["verdict"] == "accepted", "reward"]
+    assert len(rewards) == 8 and rewards.nunique() > 1, jobs[["job_id", "sign", "reward"]]
+    update = pd.read_parquet(out / "updates.parquet").iloc[0]
+    assert not update["zero_update"] and update["reward_std"] > 0
+
+    base = AutoModelForCausalLM.from_pretrained(model)
+    before = {n: p.detach().clone() for n, p in base.named_parameters()}
+    opt = load_checkpoint(base, out / "checkpoint")
+    assert opt.version == 1
+    moved = max((p.detach() - before[n]).abs().max().item() for n, p in base.named_parameters())
+    assert moved > 1e-4

@@ -130,6 +130,38 @@ def test_leftover_container_of_a_killed_parent_is_reaped(docker_client, no_leak)
     assert reap_orphans(docker_client) == 1
 
 
+def test_reaping_survives_containers_that_vanish_meanwhile(docker_client, no_leak):
+    """Two runs on one host: another process may remove its containers while this one lists
+    them. A container listed and then gone must not fail the reaper (it did: the docker
+    SDK's listing inspects each container it lists, and raised NotFound)."""
+    from runner.terminal.reaper import LABEL_OWNER
+
+    dead_owner = '{"boot": "another boot", "host": "%s", "pid": 1, "start": "0"}'
+    dead_owner %= __import__("socket").gethostname()
+    gone = docker_client.containers.create(
+        BASE, ["true"], labels={LABEL_SANDBOX: "1", LABEL_OWNER: dead_owner}
+    )
+    listing = docker_client.api.containers(all=True, filters={"label": LABEL_SANDBOX})
+    gone.remove(force=True)
+
+    class StaleListing:  # the engine as it was when listed, then the real one
+        def __init__(self, client):
+            self._client = client
+
+        def __getattr__(self, name):
+            return getattr(self._client, name)
+
+        def containers(self, **kwargs):
+            return listing
+
+    class Client:
+        api = StaleListing(docker_client.api)
+
+    assert any(c["Id"] == gone.id for c in listing)
+    assert reap_orphans(Client()) == 0
+    assert count_sandboxes(docker_client) == no_leak
+
+
 def test_ctrl_c_removes_running_sandboxes(docker_client, no_leak):
     code = textwrap.dedent(f"""
         import docker, time
