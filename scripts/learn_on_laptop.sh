@@ -9,7 +9,9 @@
 # Knobs (environment): PRETRAIN_ARGS (extra `model pretrain` options), EVAL_SEEDS
 # (default "1 2 3"), SCHEDULES (default "sync bounded cd4 cd8"), UPDATES (default: the
 # config's), WARM_EVAL_TASKS (test tasks for the warm start's own evaluation, default 70:
-# 5 per category), EVAL_TASKS (test tasks per evaluation during ES, default: the config's).
+# 5 per category), EVAL_TASKS (test tasks per evaluation during ES, default: the config's),
+# EXPORT_TO (a folder: copy there the four runs' traces, evaluations and checkpoints, the
+# warm start's evaluation and the table; examples/runs/learn was made so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work="${1:-runs/learn}"
@@ -81,8 +83,20 @@ for run in sorted(work.glob("es_*")):
     rows.append({"schedule": run.name[3:], "success_v0": per_seed.loc[first].mean(),
                  "version": int(last), "success": per_seed.loc[last].mean(),
                  "spread": per_seed.loc[last].std(ddof=0),
+                 "stale_fraction": summary["stale_fraction"], "mean_lag": summary["mean_lag"],
                  "minutes": summary["wall_clock_s"] / 60})
 table = pd.DataFrame(rows)
 print(table.to_string(index=False, float_format="{:.3f}".format))
 table.to_csv(work / "schedules.csv", index=False)
 EOF
+
+if [ -n "${EXPORT_TO:-}" ]; then
+  for run in "$work"/es_*; do
+    dest="$EXPORT_TO/$(basename "$run")"
+    rm -rf "$dest" && mkdir -p "$dest/checkpoint"
+    cp "$run"/{config.yaml,meta.json,summary.json,jobs.parquet,updates.parquet,workers.parquet,episodes.parquet,eval.parquet,tasks_skipped.json} "$dest/"
+    cp "$run/checkpoint/es_checkpoint.json" "$dest/checkpoint/"
+  done
+  cp "$work"/{eval_pretrained.json,eval_pretrained.parquet,schedules.csv} "$EXPORT_TO/"
+  echo "exported to $EXPORT_TO ($(du -sh "$EXPORT_TO" | cut -f1))"
+fi
