@@ -7,6 +7,7 @@ policy models and error messages, so a scenario and a run read alike.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -40,6 +41,19 @@ class ESConfig(_Strict):
     # blockseed-v1: torch's generator per block (bit-exact on one device type);
     # philox-v2: the same numbers on CPU and CUDA (docs/es.md, "Noise schemes")
     noise: Literal["blockseed-v1", "philox-v2"] = "blockseed-v1"
+    # a regular expression over the model's (Hugging Face) parameter names: ES perturbs
+    # and updates only the parameters it matches (default: all of them)
+    params: str | None = None
+
+    @field_validator("params")
+    @classmethod
+    def _params(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from None
+        return value
 
     @field_validator("staleness")
     @classmethod

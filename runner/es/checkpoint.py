@@ -170,6 +170,7 @@ def load_checkpoint(
         staleness=cfg["staleness"],
         noise_block=block,
         noise=scheme,
+        **({"params": cfg["params"]} if cfg.get("params") is not None else {}),
         **kwargs,
     )
     if opt.base_hash != doc["base"]["sha256"]:

@@ -13,6 +13,7 @@ per-thread workspace of one noise chunk (plus one accumulator chunk for updates)
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -74,12 +75,22 @@ class _Workspace:
         )
 
 
+def _name_filter(pattern: str) -> Callable[[str, torch.nn.Parameter], bool]:
+    try:
+        regex = re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"params {pattern!r} is not a regular expression: {exc}") from None
+    return lambda name, _: regex.search(name) is not None
+
+
 class ESOptimizer:
     """Evolution strategies on the floating-point parameters of ``model``.
 
     Args:
         model: any module; its floating parameters (``named_parameters()``, tied weights
-            once) are optimized, or those accepted by ``include(name, param)``.
+            once) are optimized, or those accepted by ``include(name, param)``, or those whose
+            name ``params`` (a regular expression, searched; recorded in checkpoints) matches:
+            ES over fewer dimensions estimates its gradient with fewer members.
         sigma: perturbation scale (> 0). alpha: step size (>= 0); 1/sigma is folded in.
         shaping: ``"zscore"`` (published), ``"centered_rank"`` or ``"raw"``.
         antithetic: when True a cohort must hold each seed with sign +1 and -1; a seed whose
@@ -111,9 +122,15 @@ class ESOptimizer:
         noise: str = NOISE_SCHEME,
         threads: int = 1,
         include: Callable[[str, torch.nn.Parameter], bool] | None = None,
+        params: str | None = None,
         hash_base: bool = True,
     ) -> None:
         self.rule = UpdateRule(sigma, alpha, shaping, antithetic, staleness, noise)
+        self.params = params
+        if params is not None:
+            if include is not None:
+                raise ValueError("give include or params, not both")
+            include = _name_filter(params)
         self.noise_scheme = check_scheme(noise)
         if not isinstance(noise_block, int) or noise_block < 1:
             raise ValueError(f"noise_block must be a positive integer, got {noise_block!r}")
@@ -144,6 +161,11 @@ class ESOptimizer:
             self._masters.append(flat.to(master_dtype, copy=True))
             self._shapes.append(p.shape)
         if not self._names:
+            if params is not None:
+                some = ", ".join(n for n, _ in list(model.named_parameters())[:4])
+                raise ValueError(
+                    f"params {params!r} matches no parameter (names look like: {some})"
+                )
             raise ValueError("model has no floating-point parameters to optimize")
         self._tasks = [
             (i, start, min(start + chunk_size, flat.numel()))
@@ -416,6 +438,8 @@ class ESOptimizer:
         """Hyper-parameters and the noise definition, as recorded in checkpoints."""
         return {
             **self.rule.config(),
+            # recorded only when set, so checkpoints of the whole model read as before
+            **({"params": self.params} if self.params is not None else {}),
             "noise": {
                 "scheme": self.noise_scheme,
                 "block": self.noise_block,

@@ -139,3 +139,37 @@ def test_snapshots_of_an_abandoned_branch_are_not_reused(two_tensors, tmp_path):
     assert read_checkpoint(tmp_path)["snapshots"] == []
     reloaded = load_checkpoint(two_tensors(), tmp_path, version=4, **SMALL)
     assert_same(masters(reloaded), masters(resumed))
+
+
+def test_params_restricts_es_to_matching_parameters_and_checkpoints_it(tiny_model_dir, tmp_path):
+    """``params`` (a regex over parameter names): only matching parameters are perturbed and
+    updated, the checkpoint records the pattern, and loading replays onto the same subset."""
+    model, _ = load_tiny_model(tiny_model_dir)
+    base = {n: p.detach().clone() for n, p in model.named_parameters()}
+    opt = ESOptimizer(model, sigma=0.05, alpha=0.05, params=r"norm", **SMALL)
+    names = [n for n, _ in opt.master_parameters()]
+    assert names and all("norm" in n for n in names)
+    assert opt.num_parameters == sum(base[n].numel() for n in names) < sum(
+        t.numel() for t in base.values()
+    )
+    run_updates(opt, 2)
+    for name, p in model.named_parameters():
+        moved = not torch.equal(p.detach(), base[name])
+        assert moved == ("norm" in name), name
+    save_checkpoint(opt, tmp_path)
+    assert read_checkpoint(tmp_path)["config"]["params"] == "norm"
+    fresh, _ = load_tiny_model(tiny_model_dir)
+    again = load_checkpoint(fresh, tmp_path)
+    assert again.params == "norm"
+    assert_same(masters(opt), masters(again))
+    for (name, a), b in zip(model.named_parameters(), fresh.parameters(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_params_that_match_nothing_or_do_not_compile_are_refused(two_tensors):
+    with pytest.raises(ValueError, match="matches no parameter"):
+        ESOptimizer(two_tensors(), params="no_such_layer")
+    with pytest.raises(ValueError, match="not a regular expression"):
+        ESOptimizer(two_tensors(), params="(")
+    with pytest.raises(ValueError, match="not both"):
+        ESOptimizer(two_tensors(), params="w", include=lambda n, p: True)
