@@ -17,6 +17,7 @@ import pandas as pd
 
 from runner.backends import GenerationBackend, SessionBatcher
 from runner.config import RunConfig
+from runner.errors import UserError
 from runner.es import UpdateRecord
 from runner.rollouts import JobSpec, run_job
 from runner.run_dir import RunDir
@@ -163,7 +164,8 @@ class Evaluator:
                     self.run.merge_eval(rows)
                     log.info("evaluated version %d: success %.3f", version, rows["reward"].mean())
             except Exception as exc:  # noqa: BLE001 - evaluation never stops training
-                log.error("evaluation of version %d failed: %s", version, exc, exc_info=exc)
+                trace = None if isinstance(exc, UserError) else exc  # a user's error: one line
+                log.error("evaluation of version %d failed: %s", version, exc, exc_info=trace)
                 self.failures.append(f"version {version}: {exc}")
             finally:
                 self._busy = 0

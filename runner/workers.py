@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 from runner.backends import GenerationBackend, SessionBatcher, make_backend
 from runner.config import RunConfig
+from runner.errors import UserError
 from runner.es import UpdateRecord
 from runner.rollouts import JobOutcome, JobSpec, run_job
 from runner.terminal.episode import EpisodeConfig
@@ -35,6 +36,13 @@ def worker_device(config: RunConfig, index: int) -> str:
 
 
 def build_backend(config: RunConfig, device: str | None = None) -> GenerationBackend:
+    try:
+        return _make_backend(config, device)
+    except ValueError as exc:  # a model that does not load, es.params that match nothing
+        raise UserError(str(exc)) from None
+
+
+def _make_backend(config: RunConfig, device: str | None) -> GenerationBackend:
     m, s = config.model, config.sampling
     return make_backend(
         m.backend,
