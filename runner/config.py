@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from runner.es import parse_staleness
+from runner.es import UpdateRule, parse_staleness
 from staleness_sim.config import (
     ConfigError,
     PolicySpec,
@@ -59,6 +59,12 @@ class ESConfig(_Strict):
     @classmethod
     def _staleness(cls, value: str) -> str:
         return parse_staleness(value).spec()
+
+    def update_rule(self) -> UpdateRule:
+        """The controller's update rule (``params`` concerns the workers' models only)."""
+        return UpdateRule(
+            self.sigma, self.alpha, self.shaping, self.antithetic, self.staleness, self.noise
+        )
 
 
 class VLLMEngineConfig(_Strict):

@@ -35,7 +35,7 @@ import pandas as pd
 
 from runner.config import RunConfig
 from runner.errors import RunFailed
-from runner.es import UpdateRecord, UpdateRule, write_checkpoint
+from runner.es import UpdateRecord, write_checkpoint
 from runner.journal import Journal, read_events
 from runner.rollouts import EPISODE_COLUMNS, JobSpec
 from runner.run_dir import RunDir
@@ -82,10 +82,7 @@ class Orchestrator:
         self.progress, self.evaluator = progress, evaluator
         # Builds worker i: LocalWorker, or a Ray actor's handle with backend: ray.
         self.worker_class = worker_class or worker_factory(config)
-        es = config.es
-        self.rule = UpdateRule(
-            es.sigma, es.alpha, es.shaping, es.antithetic, es.staleness, noise=es.noise
-        )
+        self.rule = config.es.update_rule()
         self.state = RunState(config, self.rule)
         self._offset = 0.0
         self._m0 = time.monotonic()

@@ -108,14 +108,13 @@ def test_bounded_drop_run_and_crashed_worker_restarts(engine, run_config, tmp_pa
 
 
 def test_journal_replays_into_the_same_state(engine, run_config, tmp_path):
-    from runner.es import UpdateRule
     from runner.run_dir import RunDir
     from runner.run_state import RunState
 
     out = tmp_path / "replay"
     assert train(str(run_config()), "--out", str(out)) == 0
     config = RunDir.open(out).config()
-    state = RunState(config, UpdateRule(**config.es.model_dump()))
+    state = RunState(config, config.es.update_rule())
     for ev in journal(out):
         state.replay(ev)
     assert state.version == 2 and state.finished
