@@ -85,6 +85,10 @@ class ModelConfig(_Strict):
     device: str = "cpu"  # cpu | cuda | cuda:N; with several workers on cuda, one GPU each
     max_batch: PosInt = 64  # rows of one batched forward pass
     batch_window_s: Annotated[float, Field(ge=0.0)] = 0.05  # how long a batch waits to fill
+    # hf: turn (a batch decodes until its last reply is done) or continuous (a turn joins
+    # the running batch at the next token; no window, no turn barrier). vllm: always
+    # continuous, in the engine.
+    batching: Literal["turn", "continuous"] = "continuous"
     vllm: VLLMEngineConfig = VLLMEngineConfig()  # backend vllm only (no batching window)
 
     @field_validator("device")

@@ -55,7 +55,11 @@ def _make_backend(config: RunConfig, device: str | None) -> GenerationBackend:
         max_new_tokens=s.max_new_tokens,
         context_tokens=config.context_tokens,
         stop=tuple(s.stop),
-        **({"engine": m.vllm.model_dump()} if m.backend == "vllm" else {}),
+        **(
+            {"engine": m.vllm.model_dump()}
+            if m.backend == "vllm"
+            else {"batching": m.batching, "max_batch": m.max_batch}
+        ),
     )
 
 

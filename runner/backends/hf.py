@@ -1,11 +1,12 @@
 """The ``hf`` backend: a transformers causal LM on CPU or GPU, batched over sessions.
 
-Generation is one batched decode over every request handed in together (the batcher
-gathers the sessions waiting for a turn): prompts are left-padded, prefilled in one
-forward pass, then decoded token by token with a KV cache; a row that finishes (a stop
-string, end of sequence, or the token limit) leaves the batch at once, so the remaining
-rows do not pay for it. Each row samples from its own seeded stream (see
-:mod:`runner.backends.sampling`).
+Prompts are left-padded, prefilled in one forward pass, then decoded token by token with
+a KV cache (runner/backends/decoding.py); a row that finishes (a stop string, end of
+sequence, or the token limit) leaves the batch at once. ``batching="turn"`` decodes each
+batch the session batcher hands in until its last row is done; ``batching="continuous"``
+decodes on a thread of its own and takes each new turn in at the next step (``submit``),
+so a session never waits for another's reply. Each row samples from its own seeded stream
+(runner/backends/sampling.py): both modes give the same replies.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from __future__ import annotations
 import inspect
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +24,14 @@ import torch
 
 # Imported here, once, under the import lock: transformers' lazy attribute loading is not
 # safe when two threads (a worker and the evaluator) reach it first at the same time.
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from runner.backends.base import Generation, GenerationBackend, GenerationRequest
 from runner.backends.context import fit_prompt
+from runner.backends.decoding import DecodeBatch, Row
 from runner.backends.sampling import sample_rows
-from runner.es import ESOptimizer
+from runner.es import ESOptimizer, UpdateRecord
 
 # from_pretrained patches global state while it builds a model (meta-device init), so two
 # threads loading at once break each other: loads are serialised.
@@ -66,6 +70,9 @@ def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu") ->
     return model, tokenizer
 
 
+BATCHING = ("turn", "continuous")
+
+
 class HFBackend(GenerationBackend):
     name = "hf"
 
@@ -81,7 +88,14 @@ class HFBackend(GenerationBackend):
         max_new_tokens: int = 2048,
         context_tokens: int = 16384,
         stop: Sequence[str] = ("</command>", "</action>"),
+        batching: str = "turn",
+        max_batch: int = 64,
+        admit_window_s: float = 0.05,
     ) -> None:
+        if batching not in BATCHING:
+            raise ValueError(f"batching must be one of {', '.join(BATCHING)}, got {batching!r}")
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self.model, self.tokenizer = load_model(path, dtype, device)
         self.device = torch.device(device)
         self.es = ESOptimizer(self.model, **(es or {}))
@@ -104,71 +118,185 @@ class HFBackend(GenerationBackend):
         # transformers 5 renamed the cache argument of forward (past_key_values -> cache).
         params = inspect.signature(self.model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        self.stats = {"batches": 0, "rows": 0, "tokens_out": 0, "seconds": 0.0}
+        self.stats = {"batches": 0, "rows": 0, "steps": 0, "tokens_out": 0, "seconds": 0.0}
+        self.max_batch, self.admit_window_s = max_batch, admit_window_s
+        self.continuous_batching = batching == "continuous"
+        self._cv = threading.Condition()
+        self._pending: list[Row] = []
+        self._inflight = 0  # continuous: turns submitted and not yet out of the batch
+        self._changing = self._closed = False
+        self._thread = None
+        if self.continuous_batching:
+            self._thread = threading.Thread(target=self._serve, name="hf-decode", daemon=True)
+            self._thread.start()
 
     # -- generation ---------------------------------------------------------------------
-    @torch.inference_mode()
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        """Replies to ``requests``, decoded as one batch (continuous: submitted together)."""
+        if self.continuous_batching:
+            return [f.result() for f in [self.submit(r) for r in requests]]
         if not requests:
             return []
         t0 = time.perf_counter()
-        budget = self.context_tokens - self.max_new_tokens
-        prompts, truncated = zip(
-            *(fit_prompt(self.tokenizer, r.messages, budget) for r in requests), strict=True
-        )
-        n, width = len(prompts), max(len(p) for p in prompts)
-        ids = torch.full((n, width), self._pad, dtype=torch.long)
-        mask = torch.zeros((n, width), dtype=torch.long)
-        for i, p in enumerate(prompts):  # left padding: every row ends at the same column
-            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask[i, width - len(p) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        generators = [
-            torch.Generator(device=self.device).manual_seed(r.seed % 2**63) for r in requests
-        ]
-        cache = DynamicCache()
-        logits = self._forward(ids, mask, positions, cache)
-        out: list[list[int]] = [[] for _ in range(n)]
-        finish = ["length"] * n
-        rows = list(range(n))  # request index of each live batch row
-        next_pos = positions[:, -1:] + 1
-        for _ in range(self.max_new_tokens):
-            tokens = sample_rows(
-                logits, [generators[r] for r in rows], self.temperature, self.top_p
-            ).tolist()
-            keep = []
-            for b, (r, tok) in enumerate(zip(rows, tokens, strict=True)):
-                if tok in self._eos:
-                    finish[r] = "eos"
-                    continue
-                out[r].append(tok)
-                if self._hit_stop(out[r]):
-                    finish[r] = "stop"
-                    continue
-                keep.append(b)
-            if not keep or len(out[rows[keep[0]]]) >= self.max_new_tokens:
-                break
-            if len(keep) < len(rows):  # finished rows leave the batch
-                index = torch.tensor(keep, device=self.device)
-                cache.batch_select_indices(index)
-                mask, next_pos = mask[index], next_pos[index]
-                rows = [rows[b] for b in keep]
-            step = torch.tensor([[out[r][-1]] for r in rows], device=self.device)
-            mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
-            logits = self._forward(step, mask, next_pos, cache)
-            next_pos = next_pos + 1
-        results = []
-        for r in range(n):
-            text = self.tokenizer.decode(out[r], skip_special_tokens=True)
-            if finish[r] == "stop":
-                text = self._cut_after_stop(text)
-            results.append(Generation(text, len(prompts[r]), len(out[r]), truncated[r], finish[r]))
+        rows = [self._row(r) for r in requests]
+        batch = self._new_batch()
+        with torch.inference_mode():
+            batch.admit(rows)
+            while batch:
+                self._step(batch)
         self.stats["batches"] += 1
-        self.stats["rows"] += n
-        self.stats["tokens_out"] += sum(len(o) for o in out)
         self.stats["seconds"] += time.perf_counter() - t0
-        return results
+        return [self._reply(r) for r in rows]
+
+    def submit(self, request: GenerationRequest) -> Future:
+        """Continuous batching: the turn joins the decoding batch at its next step."""
+        if not self.continuous_batching:
+            raise RuntimeError("submit() needs batching='continuous'")
+        row = self._row(request)
+        row.future = Future()
+        row.submitted = time.monotonic()
+        with self._cv:
+            if self._closed:
+                raise RuntimeError("the hf backend is closed")
+            if self._changing:
+                raise RuntimeError("a generation was submitted while the weights change")
+            self._inflight += 1
+            self._pending.append(row)
+            self._cv.notify_all()
+        return row.future
+
+    def _row(self, request: GenerationRequest) -> Row:
+        prompt, truncated = fit_prompt(
+            self.tokenizer, request.messages, self.context_tokens - self.max_new_tokens
+        )
+        generator = torch.Generator(device=self.device).manual_seed(request.seed % 2**63)
+        return Row(list(prompt), truncated, generator)
+
+    def _new_batch(self) -> DecodeBatch:
+        return DecodeBatch(self._forward, self._pad, self.device)
+
+    def _step(self, batch: DecodeBatch) -> list[Row]:
+        """Sample one token per row; rows that are done leave; the others decode on."""
+        tokens = sample_rows(
+            batch.logits, [r.generator for r in batch.rows], self.temperature, self.top_p
+        ).tolist()
+        done = []
+        for row, tok in zip(batch.rows, tokens, strict=True):
+            if tok in self._eos:
+                row.finish = "eos"
+            else:
+                row.tokens.append(tok)
+                if self._hit_stop(row.tokens):
+                    row.finish = "stop"
+                elif len(row.tokens) < self.max_new_tokens:
+                    continue
+            done.append(row)
+        batch.drop(done)
+        if batch:
+            batch.decode([r.tokens[-1] for r in batch.rows])
+        self.stats["steps"] += 1
+        self.stats["rows"] += len(done)
+        self.stats["tokens_out"] += sum(len(r.tokens) for r in done)
+        return done
+
+    def _reply(self, row: Row) -> Generation:
+        text = self.tokenizer.decode(row.tokens, skip_special_tokens=True)
+        if row.finish == "stop":
+            text = self._cut_after_stop(text)
+        return Generation(text, len(row.prompt), len(row.tokens), row.truncated, row.finish)
+
+    # -- continuous batching: the decoding thread ----------------------------------------
+    def _serve(self) -> None:
+        batch = self._new_batch()
+        while True:
+            with self._cv:
+                while not self._pending and not batch and not self._closed:
+                    self._cv.wait()
+                if self._closed:
+                    leaving, self._pending = [*batch.rows, *self._pending], []
+                    self._settle(leaving, RuntimeError("the hf backend was closed"))
+                    return
+                joining = []
+                if self._admit_now(len(batch)):
+                    room = self.max_batch - len(batch)
+                    joining, self._pending = self._pending[:room], self._pending[room:]
+            # a turn whose session was cancelled meanwhile is aborted here
+            cancelled = [r for r in (*batch.rows, *joining) if r.future.cancelled()]
+            batch.drop(cancelled)
+            joining = [r for r in joining if not r.future.cancelled()]
+            self._settle(cancelled)
+            t0 = time.perf_counter()
+            try:
+                with torch.inference_mode():
+                    batch.admit(joining)
+                    done = self._step(batch) if batch else []
+            except BaseException as exc:  # noqa: BLE001 - handed to every turn in the batch
+                self._settle([*batch.rows, *joining], exc)
+                batch = self._new_batch()
+                continue
+            finally:
+                self.stats["seconds"] += time.perf_counter() - t0
+            self.stats["batches"] += bool(joining)
+            self._settle(done)
+
+    def _admit_now(self, live: int) -> bool:
+        """Whether the waiting turns join now: each admission costs a forward pass of its
+        own, so while rows are decoding, turns gather until as many wait as decode, or
+        the first of them has waited ``admit_window_s``."""
+        if not self._pending:
+            return False
+        if not live or len(self._pending) >= live:
+            return True
+        return time.monotonic() - self._pending[0].submitted >= self.admit_window_s
+
+    def _settle(self, rows: Sequence[Row], error: BaseException | None = None) -> None:
+        """Hand out the replies (or ``error``) of rows that left the batch."""
+        for row in rows:
+            if not row.future.cancelled():
+                if error is None:
+                    row.future.set_result(self._reply(row))
+                else:
+                    row.future.set_exception(error)
+        with self._cv:
+            self._inflight -= len(rows)
+            self._cv.notify_all()
+
+    # -- weights: never changed under a turn in flight (continuous batching) --------------
+    @contextmanager
+    def _weights_change(self) -> Iterator[None]:
+        """Wait until no turn is in the batch; refuse new turns until the change is done."""
+        with self._cv:
+            while self._inflight:
+                self._cv.wait()
+            self._changing = True
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._changing = False
+
+    @contextmanager
+    def perturbed(self, seed: int, sign: int = 1) -> Iterator[None]:
+        weights = ExitStack()
+        with self._weights_change():
+            weights.enter_context(self.es.perturbed(seed, sign))
+        try:
+            yield
+        finally:
+            with self._weights_change():
+                weights.close()  # the exact restore
+
+    def sync(self, log: Sequence[UpdateRecord]) -> int:
+        with self._weights_change():
+            return super().sync(log)
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        super().close()
 
     def _forward(self, ids, mask, positions, cache) -> torch.Tensor:
         kwargs = {self._cache_kw: cache}

@@ -149,8 +149,10 @@ def test_params_restricts_es_to_matching_parameters_and_checkpoints_it(tiny_mode
     opt = ESOptimizer(model, sigma=0.05, alpha=0.05, params=r"norm", **SMALL)
     names = [n for n, _ in opt.master_parameters()]
     assert names and all("norm" in n for n in names)
-    assert opt.num_parameters == sum(base[n].numel() for n in names) < sum(
-        t.numel() for t in base.values()
+    assert (
+        opt.num_parameters
+        == sum(base[n].numel() for n in names)
+        < sum(t.numel() for t in base.values())
     )
     run_updates(opt, 2)
     for name, p in model.named_parameters():

@@ -1,0 +1,131 @@
+"""Turn batching against continuous batching in the hf backend, as ratios in one run.
+
+C sessions run concurrently, each for several turns: generate a reply through the session
+batcher (the path a job takes), then "run the command" for a random time, then the next
+turn. Replies end at a stop string, so their lengths differ as agents' replies do. Under
+``model.batching: turn`` a batch decodes until its longest reply is done and a session
+that was running its command waits for the next batch; under ``continuous`` a turn joins
+the running batch at the next token. The same seeds give the same replies in both modes
+(checked), so the ratio is of speed alone.
+
+Usage: python benchmarks/bench_batching.py [--sessions 8 32] [--turns 4] [--tokens 64]
+       [--command-ms 20] [--model DIR] [--device cpu] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run from a checkout, uninstalled
+
+from runner.backends import GenerationRequest, SessionBatcher, make_backend  # noqa: E402
+from runner.models import build_tiny_model  # noqa: E402
+
+SYSTEM = {"role": "system", "content": "You are an agent in a Linux terminal."}
+
+
+def run_sessions(backend, sessions: int, turns: int, command_ms: float) -> dict:
+    batcher = SessionBatcher(backend, max_batch=64, window_s=0.05)
+    texts: list[list[str]] = [[] for _ in range(sessions)]
+    tokens = [0] * sessions
+    waited = [0.0] * sessions
+    opened = threading.Barrier(sessions)
+
+    def session(i: int) -> None:
+        rng = random.Random(i)  # the same command times in both modes
+        msgs = [SYSTEM, {"role": "user", "content": f"Task {i}: count the lines of data{i}.txt."}]
+        batcher.open_session()
+        opened.wait()
+        for t in range(turns):
+            t0 = time.perf_counter()
+            reply = batcher.generate(GenerationRequest(list(msgs), seed=1000 * i + t))
+            waited[i] += time.perf_counter() - t0
+            texts[i].append(reply.text)
+            tokens[i] += reply.tokens_out
+            msgs += [
+                {"role": "assistant", "content": reply.text},
+                {"role": "user", "content": f"Command executed successfully. Output: {t} lines"},
+            ]
+            time.sleep(rng.expovariate(1000.0 / command_ms) if command_ms > 0 else 0.0)
+        batcher.close_session()
+
+    threads = [threading.Thread(target=session, args=(i,)) for i in range(sessions)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    batcher.close()
+    return {
+        "wall_s": wall,
+        "tokens": sum(tokens),
+        "tokens_per_s": sum(tokens) / wall,
+        "wait_per_turn_ms": 1000 * sum(waited) / (sessions * turns),
+        "texts": texts,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sessions", type=int, nargs="+", default=[8, 32])
+    ap.add_argument("--turns", type=int, default=4)
+    ap.add_argument("--tokens", type=int, default=64, help="max new tokens per turn")
+    ap.add_argument("--command-ms", type=float, default=20.0, help="mean command time")
+    ap.add_argument("--stop", default="a", help="stop string (ends replies at random lengths)")
+    ap.add_argument("--model", help="a saved model folder (default: a tiny random one)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = args.model or str(build_tiny_model(Path(tmp) / "tiny", seed=0))
+        common = dict(
+            path=model, device=args.device, max_new_tokens=args.tokens, context_tokens=2048,
+            stop=(args.stop,),
+        )  # fmt: skip
+        rows = []
+        for n in args.sessions:
+            result = {}
+            for mode in ("turn", "continuous"):
+                backend = make_backend("hf", batching=mode, **common)
+                backend.generate([GenerationRequest([SYSTEM], seed=0)])  # warm-up
+                result[mode] = run_sessions(backend, n, args.turns, args.command_ms)
+                backend.close()
+            same = result["turn"]["texts"] == result["continuous"]["texts"]
+            if not same:
+                print("warning: the two modes gave different replies", file=sys.stderr)
+            turn, cont = result["turn"], result["continuous"]
+            rows.append(
+                {
+                    "sessions": n,
+                    "turns": args.turns,
+                    "tokens": turn["tokens"],
+                    "same_replies": same,
+                    "turn_tok_s": round(turn["tokens_per_s"], 1),
+                    "continuous_tok_s": round(cont["tokens_per_s"], 1),
+                    "speedup": round(cont["tokens_per_s"] / turn["tokens_per_s"], 3),
+                    "turn_wait_ms": round(turn["wait_per_turn_ms"], 1),
+                    "continuous_wait_ms": round(cont["wait_per_turn_ms"], 1),
+                }
+            )
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        keys = list(rows[0])
+        print("  ".join(keys))
+        for r in rows:
+            print("  ".join(str(r[k]) for k in keys))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
