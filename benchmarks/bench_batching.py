@@ -6,10 +6,13 @@ turn. Replies end at a stop string, so their lengths differ as agents' replies d
 ``model.batching: turn`` a batch decodes until its longest reply is done and a session
 that was running its command waits for the next batch; under ``continuous`` a turn joins
 the running batch at the next token. The same seeds give the same replies in both modes
-(checked), so the ratio is of speed alone.
+(checked), so the ratio is of speed alone. A third run adds ``model.prefix_reuse`` to
+continuous batching (a turn reuses the states of its session's previous turn); reused
+states equal recomputed ones to rounding only, so its replies are compared, not required
+to match.
 
 Usage: python benchmarks/bench_batching.py [--sessions 8 32] [--turns 4] [--tokens 64]
-       [--command-ms 20] [--model DIR] [--device cpu] [--json]
+       [--command-ms 20] [--instruction-words 0] [--model DIR] [--device cpu] [--json]
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ from runner.models import build_tiny_model  # noqa: E402
 SYSTEM = {"role": "system", "content": "You are an agent in a Linux terminal."}
 
 
-def run_sessions(backend, sessions: int, turns: int, command_ms: float) -> dict:
+def run_sessions(
+    backend, sessions: int, turns: int, command_ms: float, instruction_words: int = 0
+) -> dict:
     batcher = SessionBatcher(backend, max_batch=64, window_s=0.05)
     texts: list[list[str]] = [[] for _ in range(sessions)]
     tokens = [0] * sessions
@@ -41,7 +46,9 @@ def run_sessions(backend, sessions: int, turns: int, command_ms: float) -> dict:
 
     def session(i: int) -> None:
         rng = random.Random(i)  # the same command times in both modes
-        msgs = [SYSTEM, {"role": "user", "content": f"Task {i}: count the lines of data{i}.txt."}]
+        details = " ".join(f"file{i}_{k}.txt" for k in range(instruction_words))
+        task = f"Task {i}: count the lines of data{i}.txt. {details}"
+        msgs = [SYSTEM, {"role": "user", "content": task}]
         batcher.open_session()
         opened.wait()
         for t in range(turns):
@@ -80,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=64, help="max new tokens per turn")
     ap.add_argument("--command-ms", type=float, default=20.0, help="mean command time")
+    ap.add_argument(
+        "--instruction-words", type=int, default=0, help="lengthen each task's instruction"
+    )
     ap.add_argument("--stop", default="a", help="stop string (ends replies at random lengths)")
     ap.add_argument("--model", help="a saved model folder (default: a tiny random one)")
     ap.add_argument("--device", default="cpu")
@@ -95,15 +105,27 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for n in args.sessions:
             result = {}
-            for mode in ("turn", "continuous"):
-                backend = make_backend("hf", batching=mode, **common)
+            for mode in ("turn", "continuous", "reuse"):
+                backend = make_backend(
+                    "hf",
+                    batching="turn" if mode == "turn" else "continuous",
+                    prefix_reuse=mode == "reuse",
+                    **common,
+                )
                 backend.generate([GenerationRequest([SYSTEM], seed=0)])  # warm-up
-                result[mode] = run_sessions(backend, n, args.turns, args.command_ms)
+                result[mode] = run_sessions(
+                    backend, n, args.turns, args.command_ms, args.instruction_words
+                )
                 backend.close()
             same = result["turn"]["texts"] == result["continuous"]["texts"]
             if not same:
                 print("warning: the two modes gave different replies", file=sys.stderr)
-            turn, cont = result["turn"], result["continuous"]
+            turn, cont, reuse = result["turn"], result["continuous"], result["reuse"]
+            pairs = [
+                (a, b)
+                for x, y in zip(cont["texts"], reuse["texts"], strict=True)
+                for a, b in zip(x, y, strict=True)
+            ]
             rows.append(
                 {
                     "sessions": n,
@@ -115,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
                     "speedup": round(cont["tokens_per_s"] / turn["tokens_per_s"], 3),
                     "turn_wait_ms": round(turn["wait_per_turn_ms"], 1),
                     "continuous_wait_ms": round(cont["wait_per_turn_ms"], 1),
+                    "reuse_tok_s": round(reuse["tokens_per_s"], 1),
+                    "reuse_vs_continuous": round(reuse["tokens_per_s"] / cont["tokens_per_s"], 3),
+                    "reuse_same_replies": round(sum(a == b for a, b in pairs) / len(pairs), 3),
                 }
             )
     if args.json:

@@ -15,7 +15,8 @@ Sections:
 2. **hf**: generation throughput of the ``hf`` backend at 1 and 32 concurrent sessions
    (threads through the SessionBatcher, as a job runs them), at 32 inside a perturbation
    (perturb and restore included), and turn against continuous batching on 32 sessions x
-   3 turns whose replies end at a stop string, with 20 ms commands between turns.
+   3 turns whose replies end at a stop string, with 20 ms commands between turns, and
+   continuous batching with prefix reuse against without.
 3. **es**: perturb / restore bit-exactness on the device, and the perturbed weights and an
    update (fp32 master and working weights) against a CPU reference on the same seeds.
    Only a device-independent noise scheme can make a GPU equal the CPU reference; with the
@@ -307,8 +308,9 @@ def section_hf(tab: Table, ctx: SimpleNamespace) -> None:
     # Turn against continuous batching on multi-turn sessions whose replies end at a stop
     # string (different lengths): a turn batch waits for its longest reply.
     multi = {}
-    for mode in ("turn", "continuous"):
-        b = make_hf(ctx, batching=mode, stop=(MULTI_TURN_STOP,))
+    for mode in ("turn", "continuous", "continuous_reuse"):
+        b = make_hf(ctx, batching=mode.split("_")[0], prefix_reuse=mode.endswith("reuse"),
+                    stop=(MULTI_TURN_STOP,))  # fmt: skip
         concurrent_sessions(b, 2, 0)  # warm-up
         tokens, seconds = concurrent_sessions(b, 32, 300, turns=3, command_ms=COMMAND_MS)
         multi[mode] = tokens / seconds
@@ -318,6 +320,8 @@ def section_hf(tab: Table, ctx: SimpleNamespace) -> None:
         b.close()
     tab.add("hf.continuous_vs_turn", multi["continuous"] / multi["turn"],
             note="model.batching: continuous against turn, the same seeds")  # fmt: skip
+    tab.add("hf.reuse_vs_continuous", multi["continuous_reuse"] / multi["continuous"],
+            note="model.prefix_reuse on against off (continuous batching)")  # fmt: skip
 
 
 def section_es(tab: Table, ctx: SimpleNamespace) -> None:

@@ -89,6 +89,11 @@ class ModelConfig(_Strict):
     # the running batch at the next token; no window, no turn barrier). vllm: always
     # continuous, in the engine.
     batching: Literal["turn", "continuous"] = "continuous"
+    # hf: a session's next turn reuses the key/value states of its previous turn (and every
+    # session the system prompt's), within one set of weights: cleared at every perturb,
+    # restore and update. Off by default: reused states equal recomputed ones only to
+    # rounding, so replies are reproducible only without it (docs/runner.md).
+    prefix_reuse: bool = False
     vllm: VLLMEngineConfig = VLLMEngineConfig()  # backend vllm only (no batching window)
 
     @field_validator("device")

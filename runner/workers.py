@@ -58,7 +58,12 @@ def _make_backend(config: RunConfig, device: str | None) -> GenerationBackend:
         **(
             {"engine": m.vllm.model_dump()}
             if m.backend == "vllm"
-            else {"batching": m.batching, "max_batch": m.max_batch}
+            else {
+                "batching": m.batching,
+                "max_batch": m.max_batch,
+                "admit_window_s": m.batch_window_s,
+                "prefix_reuse": m.prefix_reuse,
+            }
         ),
     )
 

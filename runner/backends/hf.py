@@ -29,7 +29,7 @@ from transformers.utils import logging as hf_logging
 
 from runner.backends.base import Generation, GenerationBackend, GenerationRequest
 from runner.backends.context import fit_prompt
-from runner.backends.decoding import DecodeBatch, Row
+from runner.backends.decoding import DecodeBatch, PrefixStore, Row
 from runner.backends.sampling import sample_rows
 from runner.es import ESOptimizer, UpdateRecord
 
@@ -91,6 +91,7 @@ class HFBackend(GenerationBackend):
         batching: str = "turn",
         max_batch: int = 64,
         admit_window_s: float = 0.05,
+        prefix_reuse: bool = False,
     ) -> None:
         if batching not in BATCHING:
             raise ValueError(f"batching must be one of {', '.join(BATCHING)}, got {batching!r}")
@@ -120,6 +121,8 @@ class HFBackend(GenerationBackend):
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self.stats = {"batches": 0, "rows": 0, "steps": 0, "tokens_out": 0, "seconds": 0.0}
         self.max_batch, self.admit_window_s = max_batch, admit_window_s
+        # a finished turn's states, for the session's next turn (within one set of weights)
+        self.prefixes = PrefixStore(capacity=2 * max_batch) if prefix_reuse else None
         self.continuous_batching = batching == "continuous"
         self._cv = threading.Condition()
         self._pending: list[Row] = []
@@ -170,7 +173,13 @@ class HFBackend(GenerationBackend):
             self.tokenizer, request.messages, self.context_tokens - self.max_new_tokens
         )
         generator = torch.Generator(device=self.device).manual_seed(request.seed % 2**63)
-        return Row(list(prompt), truncated, generator)
+        row = Row(list(prompt), truncated, generator)
+        if self.prefixes is not None:
+            row.reused, row.prefix_kv = self.prefixes.take(row.prompt, self._weights_tag())
+        return row
+
+    def _weights_tag(self) -> tuple:
+        return (self.es.version, self.es.active)
 
     def _new_batch(self) -> DecodeBatch:
         return DecodeBatch(self._forward, self._pad, self.device)
@@ -191,6 +200,10 @@ class HFBackend(GenerationBackend):
                 elif len(row.tokens) < self.max_new_tokens:
                     continue
             done.append(row)
+        if self.prefixes is not None:
+            tag = self._weights_tag()
+            for row in done:
+                self.prefixes.put(row.fed(), batch.states(row), tag)
         batch.drop(done)
         if batch:
             batch.decode([r.tokens[-1] for r in batch.rows])
@@ -272,6 +285,8 @@ class HFBackend(GenerationBackend):
         try:
             yield
         finally:
+            if self.prefixes is not None:
+                self.prefixes.clear()  # states never cross a weight change
             with self._cv:
                 self._changing = False
 

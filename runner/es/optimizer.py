@@ -192,6 +192,11 @@ class ESOptimizer:
         return self._version
 
     @property
+    def active(self) -> tuple[int, int] | None:
+        """(seed, sign) of the perturbation in force, or None."""
+        return self._active
+
+    @property
     def device_type(self) -> str:
         return self._params[0].device.type
 
