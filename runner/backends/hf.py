@@ -15,7 +15,7 @@ import inspect
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -141,7 +141,7 @@ class HFBackend(GenerationBackend):
         if not requests:
             return []
         t0 = time.perf_counter()
-        rows = [self._row(r) for r in requests]
+        rows = [self._reuse(self._row(r)) for r in requests]
         batch = self._new_batch()
         with torch.inference_mode():
             batch.admit(rows)
@@ -163,8 +163,8 @@ class HFBackend(GenerationBackend):
                 raise RuntimeError("the hf backend is closed")
             if self._changing:
                 raise RuntimeError("a generation was submitted while the weights change")
-            self._inflight += 1
-            self._pending.append(row)
+            self._inflight += 1  # from here no weight change starts until the turn is out
+            self._pending.append(self._reuse(row))
             self._cv.notify_all()
         return row.future
 
@@ -173,7 +173,10 @@ class HFBackend(GenerationBackend):
             self.tokenizer, request.messages, self.context_tokens - self.max_new_tokens
         )
         generator = torch.Generator(device=self.device).manual_seed(request.seed % 2**63)
-        row = Row(list(prompt), truncated, generator)
+        return Row(list(prompt), truncated, generator)
+
+    def _reuse(self, row: Row) -> Row:
+        """Give ``row`` the states of the longest stored prefix of its prompt, if any."""
         if self.prefixes is not None:
             row.reused, row.prefix_kv = self.prefixes.take(row.prompt, self._weights_tag())
         return row
@@ -238,13 +241,14 @@ class HFBackend(GenerationBackend):
             batch.drop(cancelled)
             joining = [r for r in joining if not r.future.cancelled()]
             self._settle(cancelled)
+            live = [*batch.rows, *joining]  # none of them has its reply yet
             t0 = time.perf_counter()
             try:
                 with torch.inference_mode():
                     batch.admit(joining)
                     done = self._step(batch) if batch else []
             except BaseException as exc:  # noqa: BLE001 - handed to every turn in the batch
-                self._settle([*batch.rows, *joining], exc)
+                self._settle(live, exc)
                 batch = self._new_batch()
                 continue
             finally:
@@ -265,11 +269,13 @@ class HFBackend(GenerationBackend):
     def _settle(self, rows: Sequence[Row], error: BaseException | None = None) -> None:
         """Hand out the replies (or ``error``) of rows that left the batch."""
         for row in rows:
-            if not row.future.cancelled():
+            try:
                 if error is None:
                     row.future.set_result(self._reply(row))
                 else:
                     row.future.set_exception(error)
+            except InvalidStateError:  # cancelled by its session meanwhile
+                pass
         with self._cv:
             self._inflight -= len(rows)
             self._cv.notify_all()

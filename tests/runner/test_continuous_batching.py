@@ -155,3 +155,25 @@ def test_close_fails_the_turns_still_waiting(tiny_model):
 def test_an_unknown_batching_mode_is_refused(tiny_model):
     with pytest.raises(ValueError, match="batching must be one of turn, continuous"):
         backend(tiny_model, "eager")
+
+
+def test_a_failing_forward_pass_fails_its_turns_and_the_backend_goes_on(tiny_model, alone):
+    b = backend(tiny_model, "continuous")
+    forward, calls = b.model.forward, []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:  # a decode step, after some rows may have finished
+            raise RuntimeError("CUDA out of memory")
+        return forward(*args, **kwargs)
+
+    b.model.forward = flaky
+    try:
+        futures = [b.submit(request(k)) for k in range(3)]
+        errors = [f.exception(timeout=60) for f in futures]
+        assert any("out of memory" in str(e) for e in errors if e is not None)
+        with b.perturbed(seed=1):  # nothing is left counted in flight
+            pass
+        assert b.submit(request(0)).result(timeout=60).text == alone(0).text
+    finally:
+        b.close()
