@@ -110,9 +110,10 @@ class DecodeBatch:
     def states(self, row: Row) -> KV:
         """The key/value states the batch holds for ``row`` (its ``fed()`` tokens)."""
         b = self.rows.index(row)
-        lead = int(self.mask[b].long().argmax())  # the row's first real column
+        # its real columns: a row that reused states has padding between prefix and suffix
+        cols = self.mask[b].nonzero().squeeze(1)
         return [
-            (layer.keys[b : b + 1, :, lead:].clone(), layer.values[b : b + 1, :, lead:].clone())
+            (layer.keys[b : b + 1, :, cols], layer.values[b : b + 1, :, cols])
             for layer in self.cache.layers
         ]
 

@@ -51,6 +51,15 @@ def test_a_reused_prefix_gives_the_logits_of_a_full_prefill(tiny_model):
         batch = prefill(b, [row(other), row(longer, prefix_kv=states, reused=reused)])
         torch.testing.assert_close(batch.logits[1], full, rtol=0, atol=1e-5)
         torch.testing.assert_close(batch.logits[0], earlier.logits[0], rtol=0, atol=1e-5)
+    # a second reuse: the states of the row that reused (its suffix was padded against
+    # the longer `other`, so its cache row has a gap) hold exactly its tokens
+    batch = prefill(b, [row(other), row(longer, prefix_kv=states, reused=40)])
+    again = batch.states(batch.rows[1])
+    assert again[0][0].shape[2] == len(longer)
+    longest = longer + torch.randint(5, 500, (9,), generator=g).tolist()
+    twice = prefill(b, [row(other), row(longest, prefix_kv=again, reused=len(longer))])
+    torch.testing.assert_close(twice.logits[1], prefill(b, [row(longest)]).logits[0],
+                               rtol=0, atol=1e-5)  # fmt: skip
     b.close()
 
 
