@@ -116,3 +116,20 @@ def run_config(tmp_path, tiny_model, task_dir):
         return path
 
     return write
+
+
+WARM_CATEGORIES = ("find_files",)
+
+
+@pytest.fixture(scope="session")
+def warm(tmp_path_factory):
+    """A small warm-started model (about a minute on 2 cores) and its pretrain.json; its
+    generated tasks are in ``model/tasks``."""
+    out = tmp_path_factory.mktemp("warm") / "model"
+    done = cli(
+        "model", "pretrain", str(out), "--tasks", "150", "--categories", *WARM_CATEGORIES,
+        "--steps", "300", "--batch-size", "8", "--hidden", "64", "--layers", "2",
+        "--vocab", "512", "--context", "640", "--max-new-tokens", "96", "--no-progress",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out, json.loads((out / "pretrain.json").read_text())

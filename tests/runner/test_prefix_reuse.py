@@ -92,6 +92,41 @@ def test_greedy_sessions_give_the_same_replies_with_and_without_reuse(tiny_model
         reusing.close()
 
 
+def test_a_warm_started_agent_gives_the_same_greedy_episodes_with_reuse(warm):
+    """The random model barely reads its context; the warm start copies names from the
+    instruction, so wrong reused states would change what it writes."""
+    from runner.task_pool import split_ids
+    from runner.terminal.episode import initial_messages
+    from runner.terminal.loaders import load_task
+
+    model, _ = warm
+    tasks = [load_task(model / "tasks" / t) for t in split_ids(model / "tasks", "test")[:6]]
+    common = dict(path=str(model), temperature=0.0, max_new_tokens=64, context_tokens=640,
+                  stop=("</command>", "</action>"))  # fmt: skip
+
+    def episodes(b):
+        convs = [initial_messages(t) for t in tasks]
+        replies = []
+        for _ in range(4):
+            out = b.generate([GenerationRequest(list(c), seed=i) for i, c in enumerate(convs)])
+            for c, g in zip(convs, out, strict=True):
+                c += [{"role": "assistant", "content": g.text},
+                      {"role": "user", "content": "Command executed successfully. Output: (none)"}]  # fmt: skip
+            replies.append([g.text for g in out])
+        return replies
+
+    plain = make_backend("hf", **common)
+    reusing = make_backend("hf", prefix_reuse=True, batching="continuous", **common)
+    try:
+        expected = episodes(plain)
+        assert episodes(reusing) == expected
+        assert reusing.prefixes.stats["hits"] >= 3 * len(tasks)
+        assert any("<command>" in r for r in expected[0])  # it acts on the task
+    finally:
+        plain.close()
+        reusing.close()
+
+
 def test_states_never_cross_a_weight_change(tiny_model):
     b = backend(tiny_model, prefix_reuse=True)
     try:

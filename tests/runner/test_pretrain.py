@@ -13,6 +13,7 @@ import json
 import pandas as pd
 import pytest
 
+from tests.runner.conftest import WARM_CATEGORIES as CATEGORIES
 from tests.runner.conftest import cli
 
 pytestmark = pytest.mark.docker
@@ -109,21 +110,6 @@ def test_recorded_observations_match_the_sandbox(generated, engine):
 
 
 # -- the warm start and what it does (containers) ---------------------------------------------
-
-CATEGORIES = ("find_files",)
-
-
-@pytest.fixture(scope="module")
-def warm(tmp_path_factory):
-    """A small warm-started model (about a minute on 2 cores) and its pretrain.json."""
-    out = tmp_path_factory.mktemp("warm") / "model"
-    done = cli(
-        "model", "pretrain", str(out), "--tasks", "150", "--categories", *CATEGORIES,
-        "--steps", "300", "--batch-size", "8", "--hidden", "64", "--layers", "2",
-        "--vocab", "512", "--context", "640", "--max-new-tokens", "96", "--no-progress",
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    return out, json.loads((out / "pretrain.json").read_text())
 
 
 def evaluate(model, tasks, tmp_path, name):
