@@ -167,7 +167,7 @@ class RunConfig(_Strict):
     checkpoint_every: NonNegInt = 1  # 0: only at the end
     eval_every: NonNegInt = 0  # 0: no evaluation during training
     eval: EvalConfig = EvalConfig()
-    # where workers run: in this process, or as Ray actors (runner/ray_workers.py)
+    # where workers run: in this process, or as Ray actors (runner/workers/)
     backend: Literal["local", "ray"] = "local"
     # members dispatched at one version share task batch and sampling seed (as published)
     common_random_numbers: bool = True

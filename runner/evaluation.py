@@ -11,19 +11,18 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import pandas as pd
 
-from runner.backends import GenerationBackend, SessionBatcher
 from runner.config import RunConfig
 from runner.errors import UserError
 from runner.es import UpdateRecord
-from runner.rollouts import JobSpec, run_job
+from runner.rollouts import JobSpec
 from runner.run_dir import RunDir
 from runner.seeds import derive_seed
 from runner.task_pool import TaskPool
-from runner.workers import build_backend, episode_config
+from runner.workers.local import LocalWorker
 
 log = logging.getLogger(__name__)
 
@@ -40,39 +39,28 @@ EVAL_COLUMNS = (
 )
 
 
+def eval_worker(config: RunConfig, client, builder) -> LocalWorker:
+    """A worker of its own for evaluation, on the model's device, at the base weights."""
+    return LocalWorker(-1, config, client, builder, lambda: 0.0, device=config.model.device)
+
+
 def evaluate(
-    backend: GenerationBackend,
-    batcher: SessionBatcher,
+    worker: LocalWorker,
     pool: TaskPool,
     *,
     version: int,
     split: str,
     seeds: Sequence[int],
-    config: RunConfig,
-    client,
-    builder,
     abort: threading.Event | None = None,
-    clock: Callable[[], float] = lambda: 0.0,
 ) -> pd.DataFrame:
-    """Rows of ``eval.parquet`` for ``backend``'s current weights (at ``version``)."""
-    if backend.version != version:
-        raise ValueError(f"the backend holds version {backend.version}, not {version}")
+    """Rows of ``eval.parquet`` for ``worker``'s current weights (at ``version``), unperturbed."""
+    if worker.backend.version != version:
+        raise ValueError(f"the backend holds version {worker.backend.version}, not {version}")
     abort = abort or threading.Event()
     rows = []
     for seed in seeds:
         job = JobSpec(-1, version, 0, 1, derive_seed(seed, "eval"), tuple(pool.tasks))
-        outcome = run_job(
-            job,
-            backend,
-            batcher,
-            concurrency=config.concurrency,
-            episode_config=episode_config(config),
-            client=client,
-            builder=builder,
-            abort=abort,
-            clock=clock,
-            perturb=False,
-        )
+        outcome = worker.run_job(job, abort, perturb=False)
         if abort.is_set():
             break
         for e in outcome.episodes:
@@ -107,7 +95,7 @@ class Evaluator:
         self._queue: queue.Queue = queue.Queue()
         self._abort = threading.Event()
         self._thread: threading.Thread | None = None
-        self._backend: GenerationBackend | None = None
+        self._worker: LocalWorker | None = None
         self._busy = 0
         self.failures: list[str] = []
 
@@ -138,7 +126,6 @@ class Evaluator:
             self._thread.start()
 
     def _serve(self) -> None:
-        batcher = None
         while not self._abort.is_set():
             item = self._queue.get()
             if item is None:
@@ -146,19 +133,14 @@ class Evaluator:
             version, log_ = item
             self._busy = 1
             try:
-                if self._backend is None or self._backend.version > version:
-                    if self._backend is not None:
-                        batcher.close()
-                        self._backend.close()
-                    self._backend = build_backend(self.config)
-                    batcher = SessionBatcher(
-                        self._backend, self.config.model.max_batch, self.config.model.batch_window_s
-                    )
-                self._backend.sync(log_)
+                if self._worker is None or self._worker.backend.version > version:
+                    if self._worker is not None:  # weights go forward only: start again
+                        self._worker.close()
+                    self._worker = eval_worker(self.config, self.client, self.builder)
+                self._worker.sync(log_)
                 rows = evaluate(
-                    self._backend, batcher, self.pool, version=version,
-                    split=self.config.eval.split, seeds=self.config.eval.seeds,
-                    config=self.config, client=self.client, builder=self.builder, abort=self._abort,
+                    self._worker, self.pool, version=version, split=self.config.eval.split,
+                    seeds=self.config.eval.seeds, abort=self._abort,
                 )  # fmt: skip
                 if not self._abort.is_set():
                     self.run.merge_eval(rows)
@@ -169,10 +151,8 @@ class Evaluator:
                 self.failures.append(f"version {version}: {exc}")
             finally:
                 self._busy = 0
-        if batcher is not None:
-            batcher.close()
-        if self._backend is not None:
-            self._backend.close()
+        if self._worker is not None:
+            self._worker.close()
 
     def pending(self) -> int:
         """Versions queued or being evaluated."""

@@ -11,10 +11,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runner.es import ESOptimizer, UpdateRecord
+from runner.es import UpdateRecord
 from runner.terminal.protocol import Message
+
+if TYPE_CHECKING:  # the ES kernels are torch; this interface is imported without it
+    from runner.es import ESOptimizer
 
 
 @dataclass(frozen=True)

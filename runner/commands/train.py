@@ -276,27 +276,20 @@ def _evaluate_weights(config, pool, log_, version, split, seeds, client, builder
     """Rows of ``eval.parquet`` for the weights at ``version`` (the base weights + ``log_``)."""
     import threading
 
-    from runner.backends import SessionBatcher
-    from runner.evaluation import evaluate
+    from runner.evaluation import eval_worker, evaluate
     from runner.terminal import reaper
-    from runner.workers import build_backend
 
-    backend = build_backend(config)
-    batcher = SessionBatcher(backend, config.model.max_batch, config.model.batch_window_s)
+    worker = eval_worker(config, client, builder)
     abort = threading.Event()
     try:
-        backend.sync(log_)
-        return evaluate(
-            backend, batcher, pool, version=version, split=split, seeds=seeds,
-            config=config, client=client, builder=builder, abort=abort,
-        )  # fmt: skip
+        worker.sync(log_)
+        return evaluate(worker, pool, version=version, split=split, seeds=seeds, abort=abort)
     except KeyboardInterrupt:
         abort.set()
         reaper.remove_all_live()
         raise
     finally:
-        batcher.close()
-        backend.close()
+        worker.close()
 
 
 def model_eval_config(args: argparse.Namespace):

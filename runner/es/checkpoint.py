@@ -1,11 +1,10 @@
-"""Checkpoints: a reference to the base weights plus the update log, as JSON (kilobytes).
+"""Checkpoints of an optimizer (torch): save one, and load one back onto a model.
 
-``<dir>/es_checkpoint.json`` holds the format tag, the base-weights sha256 (and an
-optional path where they live), the optimizer's hyper-parameters and noise definition, and
-every update record. Optional full snapshots of the master (``master-v<version>.pt``) only
-make loading faster: loading version v starts from the newest snapshot at or below v and
-replays the rest of the log, which gives the same master bit for bit on the same device
-type.
+The document, ``<dir>/es_checkpoint.json`` (a reference to the base weights plus the update
+log, kilobytes), is written and read without torch by :mod:`runner.es.checkpoint_file`.
+Optional full snapshots of the master (``master-v<version>.pt``) only make loading faster:
+loading version v starts from the newest snapshot at or below v and replays the rest of
+the log, which gives the same master bit for bit on the same device type.
 
 The noise scheme is ``config.noise.scheme``; a checkpoint that records none was made with
 ``blockseed-v1`` (:data:`~runner.es.noise.LEGACY_SCHEME`) and is replayed with it.
@@ -23,18 +22,12 @@ from typing import Any
 
 import torch
 
+from runner.es.checkpoint_file import CHECKPOINT_FILE, read_checkpoint, write_checkpoint
 from runner.es.noise import DEFAULT_BLOCK, LEGACY_SCHEME, NOISE_SCHEMES, PHILOX_SCHEME
 from runner.es.optimizer import ESOptimizer
 from runner.es.records import UpdateRecord
 
-FORMAT = "runner.es/checkpoint-v1"
-CHECKPOINT_FILE = "es_checkpoint.json"
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)  # a reader never sees a half-written checkpoint
+__all__ = ["load_checkpoint", "read_checkpoint", "save_checkpoint", "write_checkpoint"]
 
 
 def save_checkpoint(
@@ -80,50 +73,6 @@ def save_checkpoint(
         base_path=base_path,
         snapshots=snapshots,
     )
-
-
-def write_checkpoint(
-    directory: str | os.PathLike[str],
-    *,
-    base_hash: str,
-    config: dict[str, Any],
-    log: list[UpdateRecord],
-    base_path: str | None = None,
-    snapshots: list[dict[str, Any]] = (),
-) -> Path:
-    """Write the checkpoint JSON from its parts, atomically; returns its path.
-
-    For a coordinator that holds the update log but no model (``config`` as
-    :meth:`ESOptimizer.config` gives it, noise definition included).
-    """
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / CHECKPOINT_FILE
-    doc = {
-        "format": FORMAT,
-        "base": {"sha256": base_hash, "path": base_path},
-        "config": config,
-        "version": len(log),
-        "log": [r.to_dict() for r in log],
-        "snapshots": sorted(snapshots, key=lambda s: s["version"]),
-    }
-    _atomic_write(path, json.dumps(doc, indent=1))
-    return path
-
-
-def read_checkpoint(directory: str | os.PathLike[str]) -> dict[str, Any]:
-    path = Path(directory)
-    if path.is_dir():
-        path = path / CHECKPOINT_FILE
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ValueError(f"no ES checkpoint at {path}") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"ES checkpoint {path} is not valid JSON: {exc}") from None
-    if doc.get("format") != FORMAT:
-        raise ValueError(f"{path} has format {doc.get('format')!r}, expected {FORMAT!r}")
-    return doc
 
 
 def load_checkpoint(

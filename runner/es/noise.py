@@ -80,14 +80,19 @@ from typing import Any
 
 import torch
 
-LEGACY_SCHEME = "blockseed-v1"  # what a checkpoint that records no scheme was made with
-PHILOX_SCHEME = "philox-v2"
-NOISE_SCHEMES = (LEGACY_SCHEME, PHILOX_SCHEME)
-NOISE_SCHEME = LEGACY_SCHEME  # the default for new optimizers
+from runner.es.schemes import (  # noqa: F401 - re-exported: the names noise is made under
+    LEGACY_SCHEME,
+    NOISE_SCHEME,
+    NOISE_SCHEMES,
+    PHILOX_SCHEME,
+    SEED_LIMIT,
+    check_scheme,
+    check_seed,
+)
+
 DEFAULT_BLOCK = 2**18
 _PREFIX = b"runner.es.noise/v1\0"
 _PREFIX_V2 = b"runner.es.noise/v2\0"
-_SEED_LIMIT = 2**63
 
 # Philox4x32 constants (Random123): multipliers and the Weyl key increments.
 _M0, _M1 = 0xD2511F53, 0xCD9E8D57
@@ -101,28 +106,6 @@ _TWO_PI_F32 = float(torch.tensor(2 * math.pi, dtype=torch.float32))  # exactly r
 # launch. The values do not depend on it.
 PHILOX_SUB_ELEMENTS = {"cpu": 2**17}
 _PHILOX_SUB_OTHER = 2**20
-
-
-def check_seed(seed: int) -> int:
-    """Return ``seed`` as an int, or raise ValueError if it is not in ``[0, 2**63)``."""
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        try:
-            as_int = int(seed)
-        except (TypeError, ValueError):
-            raise ValueError(f"seed must be an integer in [0, 2**63), got {seed!r}") from None
-        if as_int != seed:
-            raise ValueError(f"seed must be an integer in [0, 2**63), got {seed!r}")
-        seed = as_int
-    if not 0 <= seed < _SEED_LIMIT:
-        raise ValueError(f"seed must be an integer in [0, 2**63), got {seed}")
-    return seed
-
-
-def check_scheme(scheme: str) -> str:
-    """Return ``scheme`` if it names a noise scheme, else raise ValueError listing them."""
-    if scheme not in NOISE_SCHEMES:
-        raise ValueError(f"noise must be one of {', '.join(NOISE_SCHEMES)}; got {scheme!r}")
-    return scheme
 
 
 # ---------------------------------------------------------------------- blockseed-v1
@@ -142,7 +125,7 @@ def block_seed(
     """Generator seed of block ``block_index`` of tensor ``name`` for perturbation ``seed``."""
     h = (_hasher or stream_hasher(seed, name)).copy()
     h.update(block_index.to_bytes(8, "little"))
-    return int.from_bytes(h.digest(), "little") & (_SEED_LIMIT - 1)
+    return int.from_bytes(h.digest(), "little") & (SEED_LIMIT - 1)
 
 
 # ---------------------------------------------------------------------- philox-v2

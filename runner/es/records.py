@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from numbers import Integral
 from typing import Any
 
-from runner.es.noise import check_seed
+from runner.es.schemes import check_seed
 
 
 @dataclass(frozen=True)

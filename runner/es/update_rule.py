@@ -12,8 +12,8 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from runner.es.noise import check_scheme
 from runner.es.records import Result, UpdateRecord
+from runner.es.schemes import check_scheme
 from runner.es.shaping import get_shaping
 from runner.es.staleness import DropOver, StalenessRule, parse_staleness
 

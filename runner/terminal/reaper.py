@@ -27,7 +27,8 @@ LABEL_SANDBOX = "es-runner.sandbox"
 LABEL_OWNER = "es-runner.owner"
 
 
-def _boot_id() -> str:
+def boot_id() -> str:
+    """This boot of this machine: processes that share it share the monotonic clock."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             return f.read().strip()
@@ -47,7 +48,7 @@ def _start_time(pid: int) -> str | None:
 def owner_label(pid: int | None = None) -> str:
     pid = os.getpid() if pid is None else pid
     return json.dumps(
-        {"host": socket.gethostname(), "boot": _boot_id(), "pid": pid, "start": _start_time(pid)},
+        {"host": socket.gethostname(), "boot": boot_id(), "pid": pid, "start": _start_time(pid)},
         sort_keys=True,
     )
 
@@ -60,7 +61,7 @@ def owner_is_dead(label: str) -> bool:
         return False
     if owner.get("host") != socket.gethostname():
         return False
-    if owner.get("boot") != _boot_id():
+    if owner.get("boot") != boot_id():
         return True
     pid = owner.get("pid")
     if not isinstance(pid, int):

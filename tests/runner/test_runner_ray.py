@@ -72,7 +72,7 @@ def synthetic_rewards(monkeypatch):
 @pytest.fixture
 def actor_hashes(monkeypatch):
     """(version, weights sha256) of every Ray actor, read just before it is closed."""
-    from runner.ray_workers import RayWorker
+    from runner.workers.ray_driver import RayWorker
 
     seen: list[tuple[int, str]] = []
     original = RayWorker.close
@@ -240,7 +240,7 @@ def test_bounded_run_on_ray_actors_agrees_with_local_where_it_is_deterministic(
 def test_a_killed_actor_is_restarted_and_its_job_cancelled(
     engine, local_ray, run_config, tmp_path, monkeypatch
 ):
-    from runner.ray_workers import RayWorker
+    from runner.workers.ray_driver import RayWorker
 
     original = RayWorker.run_job
     killed: dict = {}

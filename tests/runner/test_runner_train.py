@@ -82,18 +82,18 @@ def test_sync_run_drives_the_simulators_policy_and_skips_broken_tasks(
 
 
 def test_bounded_drop_run_and_crashed_worker_restarts(engine, run_config, tmp_path, monkeypatch):
-    from runner import workers
+    from runner.workers import LocalWorker
 
-    original = workers.LocalWorker.run_job
+    original = LocalWorker.run_job
     crashed = []
 
-    def flaky(self, job, abort):
+    def flaky(self, job, abort, **kwargs):
         if not crashed and self.index == 1:
             crashed.append(job.job_id)
             raise RuntimeError("simulated backend crash")
-        return original(self, job, abort)
+        return original(self, job, abort, **kwargs)
 
-    monkeypatch.setattr(workers.LocalWorker, "run_job", flaky)
+    monkeypatch.setattr(LocalWorker, "run_job", flaky)
     out = tmp_path / "bounded"
     config = run_config(**{"updates": 3, "policy": {"kind": "bounded", "max_lag": 1}})
     assert train(str(config), "--out", str(out)) == 0

@@ -1,13 +1,7 @@
-"""Workers: each holds its own backend (a copy of the weights) and runs one job at a time.
+"""A worker in this process (``backend: local``), and how any worker builds its backend.
 
-``local`` workers live in this process, one thread each while they run a job; ``ray``
-workers are Ray actors with the same interface (:mod:`runner.ray_workers`). A worker
-never receives weights: before a job it replays the updates it has missed from the
-update log (seeds and coefficients), as every ES worker does.
-
-The orchestrator uses this interface only: ``Worker(index, config, client, builder,
-clock)``, ``base_hash``, ``es_config()``, ``sync(log)``, ``run_job(job, abort)`` and
-``close()``; :func:`worker_factory` picks the class from the config's ``backend``.
+Local workers run their jobs on the orchestrator's threads, one job at a time each. The
+interface the orchestrator uses is :class:`runner.workers.protocol.Worker`.
 """
 
 from __future__ import annotations
@@ -77,6 +71,12 @@ def episode_config(config: RunConfig) -> EpisodeConfig:
 
 
 class LocalWorker:
+    """A worker in this process: its backend (its own copy of the weights), the batcher
+    that shares the backend's forward passes among the job's sessions, and the episode
+    settings. It runs a job on one of the orchestrator's threads; a Ray actor wraps one
+    (:class:`runner.workers.ray_actor.WorkerActor`), and evaluation uses one unperturbed.
+    """
+
     def __init__(
         self,
         index: int,
@@ -84,15 +84,18 @@ class LocalWorker:
         client,
         builder: ImageBuilder,
         clock: Callable[[], float],
+        *,
+        device: str | None = None,
     ) -> None:
         self.index = index
         self.config = config
         self.client, self.builder, self.clock = client, builder, clock
-        self.backend = build_backend(config, worker_device(config, index))
+        self.backend = build_backend(config, device or worker_device(config, index))
+        m = config.model
         self.batcher = SessionBatcher(
-            self.backend, max_batch=config.model.max_batch, window_s=config.model.batch_window_s
+            self.backend, max_batch=m.max_batch, window_s=m.batch_window_s
         )
-        self._episodes = episode_config(config)
+        self.episodes = episode_config(config)
 
     @property
     def base_hash(self) -> str | None:
@@ -104,31 +107,29 @@ class LocalWorker:
     def sync(self, log: Sequence[UpdateRecord]) -> int:
         return self.backend.sync(log)
 
-    def run_job(self, job: JobSpec, abort: threading.Event) -> JobOutcome:
+    def run_job(
+        self,
+        job: JobSpec,
+        abort: threading.Event,
+        *,
+        clock: Callable[[], float] | None = None,
+        perturb: bool = True,
+    ) -> JobOutcome:
+        """Run ``job``; ``clock`` overrides the worker's (an actor's is per job),
+        ``perturb=False`` evaluates the weights themselves."""
         return run_job(
             job,
             self.backend,
             self.batcher,
             concurrency=self.config.concurrency,
-            episode_config=self._episodes,
+            episode_config=self.episodes,
             client=self.client,
             builder=self.builder,
             abort=abort,
-            clock=self.clock,
+            clock=clock or self.clock,
+            perturb=perturb,
         )
 
     def close(self) -> None:
         self.batcher.close()
         self.backend.close()
-
-
-def worker_factory(config: RunConfig):
-    """What builds worker i for ``config.backend``: ``LocalWorker``, or a Ray worker pool.
-
-    Ray is imported only here, and only for ``backend: ray``.
-    """
-    if config.backend == "ray":
-        from runner.ray_workers import RayWorkerPool
-
-        return RayWorkerPool(config)
-    return LocalWorker

@@ -1,12 +1,12 @@
-"""Ray workers (``backend: ray``): each worker is a Ray actor holding its own backend.
+"""Ray workers (``backend: ray``), the orchestrator's side: each worker is a Ray actor.
 
-The orchestrator stays the single controller, in its own process: the scheduling policy,
-the journal, the trace and the update rule never leave it. A :class:`RayWorker` is the
-orchestrator's handle on one actor and has :class:`runner.workers.LocalWorker`'s interface,
-so the orchestrator cannot tell them apart. The actor (:class:`WorkerActor`) holds what a
-local worker holds: a backend (its own copy of the weights, built by ``build_backend``), a
-:class:`SessionBatcher`, a Docker client and an :class:`ImageBuilder`, and runs
-:func:`runner.rollouts.run_job` on them.
+The orchestrator stays the single controller, in its own process (Ray's driver): the
+scheduling policy, the journal, the trace and the update rule never leave it. A
+:class:`RayWorker` is the orchestrator's handle on one actor and is a
+:class:`runner.workers.protocol.Worker`, as a ``LocalWorker`` is, so the orchestrator
+cannot tell them apart. The actor (:class:`runner.workers.ray_actor.WorkerActor`) wraps a
+``LocalWorker`` (a backend with its own copy of the weights, its batcher) with its own
+Docker client and :class:`ImageBuilder`, and runs its jobs.
 
 What crosses between the processes, and how:
 
@@ -71,6 +71,8 @@ from runner.config import RunConfig
 from runner.errors import RunFailed, UserError
 from runner.es import UpdateRecord
 from runner.rollouts import JobOutcome, JobSpec
+from runner.terminal import reaper
+from runner.workers.ray_actor import WorkerActor, uses_gpu
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +106,7 @@ def connect(workers: int) -> bool:
         env = {"py_modules": [runner, staleness_sim]}
         ray.init(address=address, runtime_env=env, log_to_driver=False)
     else:
-        root = str(Path(__file__).resolve().parent.parent)
+        root = str(Path(__file__).resolve().parents[2])  # the repository
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
         ray.init(
             num_cpus=max(workers, os.cpu_count() or 1),
@@ -113,135 +115,6 @@ def connect(workers: int) -> bool:
             log_to_driver=False,
         )
     return True
-
-
-def _boot_id() -> str:
-    from runner.terminal.reaper import _boot_id as boot_id
-
-    return boot_id()
-
-
-def uses_gpu(config: RunConfig) -> bool:
-    return config.model.device.startswith("cuda")
-
-
-# -- the actor: runs in its own process, on any node ------------------------------------------
-
-
-class WorkerActor:
-    """One worker inside a Ray actor: its backend, batcher, Docker client, image builder."""
-
-    def __init__(self, index: int, config: RunConfig, driver: str) -> None:
-        from runner.backends import SessionBatcher
-        from runner.rollouts import docker_client
-        from runner.terminal import reaper
-        from runner.terminal.images import ImageBuilder
-        from runner.workers import build_backend, episode_config
-
-        self.index, self.config = index, config
-        self.client = docker_client()
-        reaper.reap_orphans_once(self.client)  # dead owners' containers on this host
-        self.builder = ImageBuilder(self.client)
-        # Ray shows this actor only its own GPU (CUDA_VISIBLE_DEVICES): "cuda" is that one.
-        self.backend = build_backend(config, "cuda" if uses_gpu(config) else "cpu")
-        m = config.model
-        self.batcher = SessionBatcher(
-            self.backend, max_batch=m.max_batch, window_s=m.batch_window_s
-        )
-        self.episodes = episode_config(config)
-        self.log: list[UpdateRecord] = []
-        self._lock = threading.Lock()
-        self._aborts: dict[int, threading.Event] = {}
-        self._aborted: set[int] = set()  # abort calls that arrived before their job
-        self._driver = driver  # the orchestrator's owner label
-        threading.Thread(target=self._watch_driver, name="watchdog", daemon=True).start()
-
-    def info(self) -> dict[str, Any]:
-        from runner.terminal import reaper
-
-        return {
-            "base_hash": self.backend.base_hash,
-            "es_config": self.backend.es_config(),
-            "owner": reaper.owner_label(),  # the label of every container this actor starts
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "boot": _boot_id(),
-        }
-
-    def weights_hash(self) -> tuple[int, str]:
-        """(version, sha256 of the weights): to check a replay against another copy."""
-        return self.backend.version, self.backend.weights_hash()
-
-    def sync(self, start: int, records: Sequence[UpdateRecord]) -> int:
-        """Append ``records`` (versions ``start + 1``...) to the log and replay them."""
-        if start != len(self.log):
-            raise RuntimeError(f"update log out of step: holds {len(self.log)}, sent from {start}")
-        self.log.extend(records)
-        return self.backend.sync(self.log)
-
-    def run_job(self, job: JobSpec, clock: tuple[float, float, str]) -> JobOutcome:
-        from runner.rollouts import run_job
-
-        t_run, monotonic_then, boot = clock
-        # One machine: the same monotonic clock, exact. Another: run time as the job arrives.
-        shift = t_run - (monotonic_then if boot == _boot_id() else time.monotonic())
-        with self._lock:
-            abort = self._aborts[job.job_id] = threading.Event()
-            if job.job_id in self._aborted:
-                abort.set()
-        try:
-            return run_job(
-                job,
-                self.backend,
-                self.batcher,
-                concurrency=self.config.concurrency,
-                episode_config=self.episodes,
-                client=self.client,
-                builder=self.builder,
-                abort=abort,
-                clock=lambda: shift + time.monotonic(),
-            )
-        finally:
-            with self._lock:
-                self._aborts.pop(job.job_id, None)
-                self._aborted.discard(job.job_id)
-
-    def abort(self, job_id: int) -> None:
-        """Stop job ``job_id``'s episodes at their next turn (the job then returns)."""
-        with self._lock:
-            event = self._aborts.get(job_id)
-            if event is None:
-                self._aborted.add(job_id)
-            else:
-                event.set()
-
-    def shutdown(self) -> None:
-        from runner.terminal import reaper
-
-        with self._lock:
-            for event in self._aborts.values():
-                event.set()
-        reaper.remove_all_live()  # cut short what still runs
-        self.batcher.close()
-        self.backend.close()
-
-    def _watch_driver(self) -> None:
-        """On the orchestrator's host: once it is dead (SIGKILL), remove this actor's
-        containers and exit, instead of running on until Ray notices (seconds)."""
-        from runner.terminal import reaper
-
-        while not reaper.owner_is_dead(self._driver):  # never true for another host
-            time.sleep(0.5)
-        with self._lock:
-            for event in self._aborts.values():
-                event.set()
-        reaper.remove_all_live()
-        time.sleep(0.2)  # a container being created meanwhile
-        reaper.remove_all_live()
-        os._exit(1)
-
-
-# -- the orchestrator's side --------------------------------------------------------------
 
 
 class RayWorkerPool:
@@ -283,8 +156,6 @@ class RayWorkerPool:
                     self._group, placement_group_bundle_index=index
                 ),
             }
-        from runner.terminal import reaper
-
         driver = reaper.owner_label()  # this process: the actor watches it
         return self._actor_class.options(**options).remote(index, self.config, driver)
 
@@ -320,7 +191,7 @@ class RayWorkerPool:
 
 
 class RayWorker:
-    """The orchestrator's handle on one worker's actor; the interface of ``LocalWorker``."""
+    """The orchestrator's handle on one worker's actor: a :class:`~runner.workers.Worker`."""
 
     def __init__(
         self,
@@ -394,7 +265,7 @@ class RayWorker:
 
     def run_job(self, job: JobSpec, abort: threading.Event) -> JobOutcome:
         ray = import_ray()
-        clock = (self.clock(), time.monotonic(), _boot_id())
+        clock = (self.clock(), time.monotonic(), reaper.boot_id())
         ref = self.actor.run_job.remote(job, clock)
         sent = False
         while True:
@@ -445,10 +316,8 @@ class RayWorker:
         """Remove the containers a dead actor left (on this host; others: see the module doc)."""
         if self._info is None:
             return  # it never got as far as starting a container
-        from runner.terminal import reaper
-
         info = self._info
-        if info["host"] != socket.gethostname() or info["boot"] != _boot_id():
+        if info["host"] != socket.gethostname() or info["boot"] != reaper.boot_id():
             log.warning(
                 "worker %d: its dead actor's containers on %s are removed when a worker or "
                 "run next starts there",
@@ -469,6 +338,4 @@ class RayWorker:
 
 def remove_owned(client, owner: str) -> int:
     """Force-remove the sandbox containers whose owner label is exactly ``owner``."""
-    from runner.terminal.reaper import remove_sandboxes
-
-    return remove_sandboxes(client, lambda label: label == owner)
+    return reaper.remove_sandboxes(client, lambda label: label == owner)

@@ -1,0 +1,18 @@
+"""The factory of a run's workers, chosen by the config's ``backend``."""
+
+from __future__ import annotations
+
+from runner.config import RunConfig
+from runner.workers.local import LocalWorker
+from runner.workers.protocol import WorkerFactory
+from runner.workers.ray_driver import RayWorkerPool
+
+
+def worker_factory(config: RunConfig) -> WorkerFactory:
+    """``LocalWorker`` (``backend: local``), or a pool of Ray actors (``backend: ray``).
+
+    Ray itself is imported only when a Ray pool is built.
+    """
+    if config.backend == "ray":
+        return RayWorkerPool(config)
+    return LocalWorker
