@@ -7,6 +7,9 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+
+# the docker SDK is the runner extra; without it this module is skipped, with the reason
+pytest.importorskip("docker", reason="the docker SDK is not installed (pip install -e .[runner])")
 from test_terminal_tasks import write_harbor, write_native
 
 from runner.terminal.episode import EpisodeConfig, run_episode, run_episodes

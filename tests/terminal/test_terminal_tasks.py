@@ -4,9 +4,8 @@ import json
 
 import pytest
 
-from runner.terminal.apptainer import drop_provided_installs, parse_definition
+from runner.terminal.apptainer import parse_definition
 from runner.terminal.errors import DefinitionError, TaskLoadError
-from runner.terminal.images import BASE_APT_PACKAGES, BASE_PIP_PACKAGES
 from runner.terminal.loaders import load_task
 
 DEF = """Bootstrap: docker
@@ -64,23 +63,6 @@ def test_upstream_config_block_sets_limits(tmp_path):
     task = load_task(write_native(tmp_path / "t", task=meta))
     assert (task.limits.agent_timeout_s, task.limits.verifier_timeout_s) == (120, 60)
     assert (task.limits.cpus, task.limits.memory_mb) == (2, 1024)
-
-
-def test_provided_installs_are_dropped_others_kept():
-    d = parse_definition(DEF, "t")
-    script, notes = drop_provided_installs(d.post, BASE_APT_PACKAGES, BASE_PIP_PACKAGES, "user")
-    assert "pip3 install pytest" not in script
-    # python3-pip is not in the base image: the apt line and its update stay.
-    assert "apt-get install -y python3 python3-pip" in script
-    assert "apt-get update" in script
-    only_provided = (
-        "apt-get update && apt-get install -y python3 python3-pytest\nuseradd -m user\necho hi\n"
-    )
-    script, notes = drop_provided_installs(
-        only_provided, BASE_APT_PACKAGES, BASE_PIP_PACKAGES, "user"
-    )
-    assert script == "true && true\ntrue\necho hi\n"
-    assert len(notes) == 3
 
 
 @pytest.mark.parametrize(

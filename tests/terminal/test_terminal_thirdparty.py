@@ -7,6 +7,9 @@ import sys
 
 import pytest
 
+# the docker SDK is the runner extra; without it this module is skipped, with the reason
+pytest.importorskip("docker", reason="the docker SDK is not installed (pip install -e .[runner])")
+
 from runner.terminal.check import solution_agent
 from runner.terminal.episode import EpisodeConfig, run_episode
 from runner.terminal.errors import ImageBuildError

@@ -1,6 +1,7 @@
 """Third-party task shapes without Docker: parsing, install planning, Dockerfile rewriting,
 loaders and their refusals, recorded rollouts, the report's lines."""
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -8,17 +9,20 @@ from pathlib import Path
 import pytest
 
 from runner.terminal.apptainer import parse_definition, sif_to_reference
-from runner.terminal.check import format_row, format_summary, summarize
 from runner.terminal.dockerfile import prepare
 from runner.terminal.errors import DefinitionError, TaskLoadError, UnsupportedTaskError
-from runner.terminal.images import BASE_APT_PACKAGES, BASE_PIP_PACKAGES
 from runner.terminal.installs import plan_installs, uses
 from runner.terminal.loaders import find_tasks, load_task
 from runner.terminal.protocol import parse_action
-from runner.terminal.replay import ReplayAgent, load_recording, upstream_action
-from runner.terminal.verifier import _network_failure, _pytest_summary
 
 FIX = Path(__file__).parent / "fixtures"
+
+# Pure tests of functions in modules that import the docker SDK (images, replay, verifier,
+# check): they import them inside, and are skipped with the reason where it is missing.
+needs_docker_sdk = pytest.mark.skipif(
+    importlib.util.find_spec("docker") is None,
+    reason="imports a runner module that needs the docker SDK (pip install -e .[runner])",
+)
 
 
 @pytest.mark.parametrize(
@@ -57,6 +61,8 @@ def test_empty_definition_says_so():
 
 
 def _plan(script, task_text=""):
+    from runner.terminal.images import BASE_APT_PACKAGES, BASE_PIP_PACKAGES
+
     return plan_installs(
         script,
         first_line=5,
@@ -66,6 +72,7 @@ def _plan(script, task_text=""):
     )
 
 
+@needs_docker_sdk
 def test_install_plan_drops_provided_and_pip_toolchain_tries_the_rest():
     plan = _plan("apt update && apt install -y python3-pip git\npip3 install pytest\necho ok\n")
     commands = [
@@ -83,6 +90,7 @@ def test_install_plan_drops_provided_and_pip_toolchain_tries_the_rest():
     assert plan.tried == ["line 5: apt-get install git"]
 
 
+@needs_docker_sdk
 def test_install_plan_marks_packages_the_task_uses():
     test = "import subprocess\nsubprocess.run(['git', 'log'])\n"
     plan = _plan("apt-get update\napt-get install -y git tree\n", task_text=test)
@@ -198,7 +206,10 @@ def test_find_tasks_and_native_recordings():
     assert [p.name for p in task.recordings] == ["fixture-model_summary.json"]
 
 
+@needs_docker_sdk
 def test_recording_and_replay_agent():
+    from runner.terminal.replay import ReplayAgent, load_recording
+
     rec = load_recording(FIX / "native_recorded" / "solutions" / "fixture-model_summary.json")
     assert (rec.num_runs, rec.num_success) == (2, 1)
     ok, bad = rec.rollouts
@@ -213,7 +224,10 @@ def test_recording_and_replay_agent():
     assert replies[:3] == ok.replies and replies[3] == "<action>done</action>"
 
 
+@needs_docker_sdk
 def test_bad_recordings_name_the_problem(tmp_path):
+    from runner.terminal.replay import load_recording
+
     (tmp_path / "a.json").write_text("{")
     with pytest.raises(TaskLoadError, match="a.json: recorded rollouts are not valid JSON"):
         load_recording(tmp_path / "a.json")
@@ -224,14 +238,20 @@ def test_bad_recordings_name_the_problem(tmp_path):
         load_recording(tmp_path / "c.json")
 
 
+@needs_docker_sdk
 def test_upstream_parse_differs_from_ours_inside_think():
+    from runner.terminal.replay import upstream_action
+
     text = "<think>maybe <action>done</action></think><command>ls</command>"
     assert upstream_action(text) == ("done", "")
     assert parse_action(text).command == "ls"
     assert upstream_action("<command> done </command>") == ("done", "")
 
 
+@needs_docker_sdk
 def test_pytest_summary_and_network_failure_lines():
+    from runner.terminal.verifier import _network_failure, _pytest_summary
+
     out = "x\n=== short test summary info ===\nPASSED t.py::a\nFAILED t.py::b - boom\n"
     assert _pytest_summary(out) == (False, "[pytest summary: 1/2 passed]")
     assert _pytest_summary("no summary")[0] is None
@@ -244,7 +264,10 @@ def test_pytest_summary_and_network_failure_lines():
     assert _network_failure("1 failed in 0.1s") is None
 
 
+@needs_docker_sdk
 def test_report_lines_and_summary():
+    from runner.terminal.check import format_row, format_summary, summarize
+
     rows = [
         {
             "task_id": "a",
@@ -304,6 +327,7 @@ def test_command_done_is_done_as_upstream_reads_it():
     assert parse_action("<command>done_script.sh</command>").kind == "command"
 
 
+@needs_docker_sdk
 def test_explicit_chown_to_root_is_kept_root():
     from runner.terminal.images import explicit_root_paths
 
