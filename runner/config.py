@@ -44,6 +44,10 @@ class ESConfig(_Strict):
     # a regular expression over the model's (Hugging Face) parameter names: ES perturbs
     # and updates only the parameters it matches (default: all of them)
     params: str | None = None
+    # the fitness of a member: binary (its episodes' mean reward, pass/fail for native
+    # tasks) or graded (the mean fraction of the verifiers' checks that passed, which
+    # separates nudged members more often). Success is always the share that passed.
+    reward: Literal["binary", "graded"] = "binary"
 
     @field_validator("params")
     @classmethod
@@ -59,6 +63,10 @@ class ESConfig(_Strict):
     @classmethod
     def _staleness(cls, value: str) -> str:
         return parse_staleness(value).spec()
+
+    def optimizer_kwargs(self) -> dict[str, Any]:
+        """The keys the workers' ESOptimizer takes (``reward`` concerns the controller)."""
+        return self.model_dump(exclude={"reward"})
 
     def update_rule(self) -> UpdateRule:
         """The controller's update rule (``params`` concerns the workers' models only)."""

@@ -1,7 +1,8 @@
 """Held-out evaluation: the unperturbed weights of one version on a task split.
 
 Each evaluation seed runs every task of the split once with its own sampling stream;
-success is the mean reward. Results go to ``eval.parquet`` (one row per version, split,
+success is the share of episodes that passed (``passed``); ``graded`` (the fraction of the
+verifier's checks that passed) is recorded beside it. Results go to ``eval.parquet`` (one row per version, split,
 seed and task), during training every ``eval_every`` updates (on a separate copy of the
 weights, in the background) and on demand with ``es-runner eval``.
 """
@@ -36,6 +37,7 @@ EVAL_COLUMNS = (
     "passed",
     "turns",
     "error",
+    "graded",
 )
 
 
@@ -75,15 +77,16 @@ def evaluate(
                     "passed": e["passed"],
                     "turns": e["turns"],
                     "error": e["error"],
+                    "graded": e["graded"],
                 }
             )
     return pd.DataFrame(rows, columns=list(EVAL_COLUMNS))
 
 
 def success_table(rows: pd.DataFrame) -> pd.DataFrame:
-    """Success (mean reward) per version and seed, plus the mean over seeds."""
-    per_seed = rows.groupby(["version", "split", "seed"], as_index=False)["reward"].mean()
-    return per_seed.rename(columns={"reward": "success"})
+    """Success (the share of episodes that passed) per version, split and seed."""
+    per_seed = rows.groupby(["version", "split", "seed"], as_index=False)["passed"].mean()
+    return per_seed.rename(columns={"passed": "success"})
 
 
 class Evaluator:
@@ -144,7 +147,7 @@ class Evaluator:
                 )  # fmt: skip
                 if not self._abort.is_set():
                     self.run.merge_eval(rows)
-                    log.info("evaluated version %d: success %.3f", version, rows["reward"].mean())
+                    log.info("evaluated version %d: success %.3f", version, rows["passed"].mean())
             except Exception as exc:  # noqa: BLE001 - evaluation never stops training
                 trace = None if isinstance(exc, UserError) else exc  # a user's error: one line
                 log.error("evaluation of version %d failed: %s", version, exc, exc_info=trace)

@@ -287,7 +287,7 @@ class Orchestrator:
             job,
             self.clock(),
             {
-                "reward": outcome.reward,
+                "reward": outcome.fitness(self.config.es.reward),  # the ES fitness
                 "episodes": outcome.episodes,
                 "perturb_s": outcome.perturb_s,
                 "generation_s": outcome.generation_s,

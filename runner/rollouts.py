@@ -4,7 +4,8 @@ Every episode runs in its own container through :mod:`runner.terminal` (the publ
 protocol, per-command and per-episode timeouts, the pytest verifier); a finished
 session's slot takes the next task at once (continuous refill). All sessions of a job
 share the backend's perturbed weights and are batched by its :class:`SessionBatcher`.
-A job's reward is the mean episode reward.
+A job's reward is the mean episode reward; its graded reward the mean fraction of the
+verifiers' checks that passed (the ES fitness under ``es.reward: graded``).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ EPISODE_COLUMNS = (
     "error",
     "index",
     "passed",
+    "graded",
     "done",
     "truncated_turns",
     "sandbox_start_s",
@@ -126,12 +128,22 @@ class JobSpec:
 
 @dataclass
 class JobOutcome:
-    reward: float
+    reward: float  # mean episode reward (binary for native tasks)
     episodes: list[dict[str, Any]]
     perturb_s: float = 0.0
     generation_s: float = 0.0
     container_s: float = 0.0
     transcripts: list[dict[str, Any]] = field(default_factory=list)
+    graded: float = 0.0  # mean fraction of the verifiers' checks that passed
+
+    def fitness(self, kind: str) -> float:
+        """What ES optimizes (``es.reward``): ``binary`` (the reward) or ``graded``."""
+        if kind not in FITNESS:
+            raise ValueError(f"es.reward must be one of {', '.join(FITNESS)}, got {kind!r}")
+        return self.graded if kind == "graded" else self.reward
+
+
+FITNESS = ("binary", "graded")
 
 
 def episode_row(
@@ -160,6 +172,7 @@ def episode_row(
         "error": rec.error,
         "index": index,
         "passed": rec.passed,
+        "graded": float(rec.graded),
         "done": rec.done,
         "truncated_turns": stats.truncated_turns,
         "sandbox_start_s": rec.start_s,
@@ -209,6 +222,7 @@ def run_job(
     rewards = [r["reward"] for r in rows]
     return JobOutcome(
         reward=sum(rewards) / len(rewards),
+        graded=sum(r["graded"] for r in rows) / len(rows),
         episodes=rows,
         perturb_s=perturb_s,
         generation_s=sum(r["generation_s"] for r in rows),

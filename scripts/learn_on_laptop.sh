@@ -76,7 +76,7 @@ import pandas as pd
 work = Path(sys.argv[1])
 rows = []
 for run in sorted(work.glob("es_*")):
-    per_seed = pd.read_parquet(run / "eval.parquet").groupby(["version", "seed"])["reward"]
+    per_seed = pd.read_parquet(run / "eval.parquet").groupby(["version", "seed"])["passed"]
     per_seed = per_seed.mean().unstack()
     summary = json.loads((run / "summary.json").read_text())
     first, last = per_seed.index.min(), per_seed.index.max()

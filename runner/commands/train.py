@@ -389,7 +389,7 @@ def cmd_eval_model(args: argparse.Namespace) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         rows.drop(columns=["version"]).assign(model=str(args.model)).to_parquet(args.out)
     table = success_table(rows)
-    per_category = rows.groupby("category")["reward"].mean()
+    per_category = rows.groupby("category")["passed"].mean()
     result = {
         "model": str(args.model),
         "tasks": str(args.tasks),

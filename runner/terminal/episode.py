@@ -66,6 +66,7 @@ class EpisodeRecord:
     task_id: str
     reward: float = 0.0
     passed: bool = False
+    graded: float = 0.0  # fraction of the verifier's checks that passed (verifier.py)
     initial_ok: bool | None = None
     turns: int = 0
     done: bool = False  # the agent said done (rather than running out of turns/time)
@@ -163,6 +164,7 @@ def run_episode(
                 result = verify_final(sandbox, task, offline_fallback=config.offline_verifier)
                 record.verify_s = time.perf_counter() - tv
                 record.passed, record.reward = result.passed, result.reward
+                record.graded = result.graded
                 record.verifier_exit_code, record.verifier_output = result.exit_code, result.output
                 record.rewards, record.verifier = dict(result.rewards), result.verifier
                 if result.error:

@@ -9,6 +9,12 @@
 - Terminal-Bench 1: ``run-tests.sh`` and ``tests/`` uploaded to ``/tests``, run with
   ``TEST_DIR=/tests``; passed when pytest's summary shows every test passed.
 
+Besides pass/fail, every result carries ``graded``: the fraction of the verifier's checks
+that passed (pytest's per-test outcomes for native tasks, Terminal-Bench and the offline
+verifier; Harbor's scalar reward, clipped to [0, 1], which is the fraction when the task
+writes one). Without per-check outcomes it is the binary reward. ``passed`` stays the
+success; ``graded`` is a finer fitness for ES (``es.reward: graded``).
+
 A verifier that fails because it needs a network it cannot use (the usual ``test.sh``
 installs ``uv`` or ``curl`` from the internet) is reported as ``verifier needs network``
 instead of a silent 0. The opt-in offline verifier then runs the task's own pytest files
@@ -50,6 +56,42 @@ class VerifierResult:
     rewards: dict[str, float] = field(default_factory=dict)
     verifier: str = ""  # pytest | test.sh | run-tests.sh | offline-pytest
     error: str | None = None  # e.g. "verifier needs network: ..."
+    graded: float | None = None  # fraction of checks passed; None: the binary reward
+
+    def __post_init__(self) -> None:
+        if self.graded is None:
+            self.graded = 1.0 if self.passed else 0.0
+
+
+# The counts of pytest's last summary line, e.g. "1 failed, 2 passed, 1 warning in 0.05s".
+_PYTEST_COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed)\b")
+_PYTEST_FINAL = re.compile(r"^=*\s*(?:\d+ \w+(?:, )?)+ in [\d.]+ ?s(?:econds)?\b.*$", re.M)
+
+
+def pytest_counts(out: str) -> dict[str, int] | None:
+    """Outcome counts of pytest's final summary line (``error`` for errors), or None."""
+    lines = _PYTEST_FINAL.findall(out)
+    if not lines:
+        return None
+    counts: dict[str, int] = {}
+    for n, kind in _PYTEST_COUNT.findall(lines[-1]):
+        kind = "error" if kind.startswith("error") else kind
+        counts[kind] = counts.get(kind, 0) + int(n)
+    return counts
+
+
+def graded_fraction(passed: int, checks: int, fallback: bool) -> float:
+    """passed / checks; with no checks counted, the binary outcome."""
+    return passed / checks if checks else (1.0 if fallback else 0.0)
+
+
+def pytest_graded(out: str, passed: bool) -> float:
+    """Fraction of pytest's tests that passed (failed and errored ones count as checks;
+    skipped and expected failures do not)."""
+    c = pytest_counts(out) or {}
+    return graded_fraction(
+        c.get("passed", 0), c.get("passed", 0) + c.get("failed", 0) + c.get("error", 0), passed
+    )
 
 
 def _pytest_in(
@@ -75,7 +117,10 @@ def _pytest_in(
     if code == 124:
         out += f"\n[verifier timed out after {timeout:g} s]"
     reward = 1.0 if code == 0 else 0.0
-    return VerifierResult(code == 0, reward, code, out, {"reward": reward}, "pytest")
+    return VerifierResult(
+        code == 0, reward, code, out, {"reward": reward}, "pytest",
+        graded=pytest_graded(out, code == 0),
+    )  # fmt: skip
 
 
 def _home_env(task: Task) -> dict[str, str]:
@@ -154,12 +199,12 @@ def _verify_script(sandbox: Sandbox, task: Task) -> VerifierResult:
     if code == 124:
         out += f"\n[verifier timed out after {task.limits.verifier_timeout_s:g} s]"
     if kind == "run-tests.sh":
-        passed, summary = _pytest_summary(out)
+        passed, summary, graded = _pytest_summary(out)
         if passed is None:  # no pytest summary: judge by the exit code
             passed, summary = code == 0, f"[run-tests.sh exit code {code}]"
         reward = 1.0 if passed else 0.0
         result = VerifierResult(
-            passed, reward, code, out + "\n" + summary, {"reward": reward}, kind
+            passed, reward, code, out + "\n" + summary, {"reward": reward}, kind, graded=graded
         )
     else:
         result = _read_rewards(sandbox, code, out)
@@ -219,19 +264,29 @@ def _read_rewards(sandbox: Sandbox, code: int, out: str) -> VerifierResult:
         )
     # The scalar: Harbor's "reward" entry; for reward.json without one, the mean of its entries.
     reward = rewards["reward"] if "reward" in rewards else sum(rewards.values()) / len(rewards)
-    return VerifierResult(reward >= 1.0, reward, code, out + "\n" + note, rewards, "test.sh")
+    return VerifierResult(
+        reward >= 1.0, reward, code, out + "\n" + note, rewards, "test.sh",
+        graded=min(1.0, max(0.0, reward)),
+    )  # fmt: skip
 
 
-def _pytest_summary(out: str) -> tuple[bool | None, str]:
-    """Terminal-Bench's pytest parser: every test in the short summary PASSED."""
+def _pytest_summary(out: str) -> tuple[bool | None, str, float | None]:
+    """Terminal-Bench's pytest parser: every test in the short summary PASSED; with the
+    graded fraction (PASSED over PASSED, FAILED and ERROR)."""
     if "short test summary info" not in out:
-        return None, ""
+        return None, "", None
     section = out.split("short test summary info", 1)[1]
     statuses = re.findall(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED)\b", section, re.M)
     if not statuses:
-        return None, ""
+        return None, "", None
     ok = all(s in ("PASSED", "XFAIL", "SKIPPED") for s in statuses) and "PASSED" in statuses
-    return ok, f"[pytest summary: {statuses.count('PASSED')}/{len(statuses)} passed]"
+    n_pass = statuses.count("PASSED")
+    checks = n_pass + statuses.count("FAILED") + statuses.count("ERROR")
+    return (
+        ok,
+        f"[pytest summary: {n_pass}/{len(statuses)} passed]",
+        graded_fraction(n_pass, checks, ok),
+    )
 
 
 def _network_failure(out: str) -> str | None:
@@ -277,4 +332,5 @@ def verify_offline(sandbox: Sandbox, task: Task, name: str = "offline-pytest") -
         out + f"\n[offline verifier: {shown} with the image's pytest; exit code {code}]",
         {"reward": reward},
         name,
+        graded=pytest_graded(out, code == 0),
     )

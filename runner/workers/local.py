@@ -43,7 +43,7 @@ def _make_backend(config: RunConfig, device: str | None) -> GenerationBackend:
         path=m.path,
         dtype=m.dtype,
         device=device or m.device,
-        es=config.es.model_dump(),
+        es=config.es.optimizer_kwargs(),
         temperature=s.temperature,
         top_p=s.top_p,
         max_new_tokens=s.max_new_tokens,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from staleness_sim.metrics import summarize
 from staleness_sim.trace import VERDICTS, Trace
@@ -74,7 +75,9 @@ def check_run(run: Path, *, cohort: int, updates: int, workers: int, max_lag: in
         assert row.zero_update == (spread == 0.0)
         assert row.zero_update == all(coef == 0.0 for _, coef in c["record"]["entries"])
     episodes = pd.read_parquet(run / "episodes.parquet")
-    per_job = episodes.groupby("job_id")["reward"].mean()
+    # a job's reward is its fitness: the mean episode reward, or graded fraction (es.reward)
+    fitness = yaml.safe_load((run / "config.yaml").read_text())["es"].get("reward", "binary")
+    per_job = episodes.groupby("job_id")["graded" if fitness == "graded" else "reward"].mean()
     for row in jobs[jobs["verdict"] != "cancelled"].itertuples():
         assert np.isclose(per_job[row.job_id], row.reward)
     return trace, s

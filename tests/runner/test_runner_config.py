@@ -76,6 +76,10 @@ def test_wrong_types_and_values(tmp_path, tiny_model, run_cli):
     line = one_error_line(run_cli("train", str(write(tmp_path, data))))
     assert "es.noise" in line and "philox-v2" in line
     data = base(tiny_model)
+    data["es"]["reward"] = "partial"
+    line = one_error_line(run_cli("train", str(write(tmp_path, data))))
+    assert "es.reward" in line and "graded" in line and "binary" in line
+    data = base(tiny_model)
     data["es"]["params"] = "layers.(0"
     line = one_error_line(run_cli("train", str(write(tmp_path, data))))
     assert "es.params" in line and "not a regular expression" in line

@@ -140,6 +140,7 @@ def test_harbor_user_env_and_reward_json(docker_client, builder, fixtures_dir, n
     rec = _solve(task, docker_client, builder)
     assert rec.rewards == {"correctness": 1.0, "style": 0.5}
     assert rec.reward == 0.75 and not rec.passed and rec.error is None
+    assert rec.graded == 0.75  # Harbor's graded reward is the fraction; success stays False
 
 
 def test_buildkit_only_dockerfile(docker_client, builder, fixtures_dir, no_leak):

@@ -253,7 +253,7 @@ def test_pytest_summary_and_network_failure_lines():
     from runner.terminal.verifier import _network_failure, _pytest_summary
 
     out = "x\n=== short test summary info ===\nPASSED t.py::a\nFAILED t.py::b - boom\n"
-    assert _pytest_summary(out) == (False, "[pytest summary: 1/2 passed]")
+    assert _pytest_summary(out) == (False, "[pytest summary: 1/2 passed]", 0.5)
     assert _pytest_summary("no summary")[0] is None
     trace = (
         '  File "/usr/lib/python3.11/socket.py", line 962, in getaddrinfo\n'
