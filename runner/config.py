@@ -208,12 +208,53 @@ def load_run_config(path: str | Path, sets: list[str] | tuple[str, ...] = ()) ->
 
 
 def resolve_paths(config: RunConfig, base: Path | None = None) -> RunConfig:
-    """The config with model and task paths made absolute (a run directory's copy)."""
+    """The config with relative model and task paths resolved against ``base`` (default:
+    the working directory) and made absolute; absolute ones stay as they are."""
     base = base or Path.cwd()
+    return _map_paths(config, lambda p: str((base / p).resolve()))
+
+
+def repository_root(path: str | Path) -> Path | None:
+    """The work tree (a folder holding ``.git``, a folder or a worktree's file) that holds
+    ``path``, or None."""
+    here = Path(path).resolve()
+    for folder in (here, *here.parents):
+        if (folder / ".git").exists():
+            return folder
+    return None
+
+
+def run_base(run_dir: str | Path) -> Path:
+    """What a run directory's relative paths are relative to: the root of the repository
+    that holds it, or else the run directory itself."""
+    return repository_root(run_dir) or Path(run_dir).resolve()
+
+
+def portable_path(path: str, run_dir: str | Path) -> str:
+    """``path`` as a run directory records it: relative to the repository that holds the
+    run (so a clone elsewhere finds it) when it lies inside it, else absolute."""
+    root = repository_root(run_dir)
+    full = Path(path).resolve()
+    if root is not None and full.is_relative_to(root):
+        return full.relative_to(root).as_posix()
+    return str(full)
+
+
+def portable_paths(config: RunConfig, run_dir: str | Path) -> RunConfig:
+    """The config as a run directory records it (:func:`portable_path` of each path)."""
+    return _map_paths(config, lambda p: portable_path(p, run_dir))
+
+
+def run_paths(config: RunConfig, run_dir: str | Path) -> RunConfig:
+    """A run directory's recorded config with its paths made absolute (:func:`run_base`)."""
+    return resolve_paths(config, run_base(run_dir))
+
+
+def _map_paths(config: RunConfig, fn) -> RunConfig:
     data = config.model_dump(mode="json")
-    data["model"]["path"] = str((base / config.model.path).resolve())
+    data["model"]["path"] = fn(config.model.path)
     if config.tasks.dir is not None:
-        data["tasks"]["dir"] = str((base / config.tasks.dir).resolve())
+        data["tasks"]["dir"] = fn(config.tasks.dir)
     return RunConfig.model_validate(data)
 
 

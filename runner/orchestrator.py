@@ -33,7 +33,7 @@ from typing import Any
 
 import pandas as pd
 
-from runner.config import RunConfig
+from runner.config import RunConfig, portable_path, portable_paths
 from runner.errors import RunFailed
 from runner.es import UpdateRecord, write_checkpoint
 from runner.journal import Journal, read_events
@@ -402,7 +402,7 @@ class Orchestrator:
                 base_hash=self.base_hash,
                 config=self._es_config,
                 log=list(self.state.log),
-                base_path=self.config.model.path,
+                base_path=portable_path(self.config.model.path, self.run_dir.path),
             )
         except OSError as exc:  # the previous checkpoint file is intact (write, then rename)
             log.error("could not write the checkpoint: %s", exc)
@@ -413,7 +413,7 @@ class Orchestrator:
             "workers": self.config.workers,
             "wall_clock_s": self.state.now,
             "scenario": scenario_of(self.config),
-            "config": self.config.model_dump(mode="json"),
+            "config": portable_paths(self.config, self.run_dir.path).model_dump(mode="json"),
             "segments": self.state.segments,
             "base_hash": getattr(self, "base_hash", None),
             "orchestrator": dict(self.stats),

@@ -2,7 +2,8 @@
 
 ::
 
-    config.yaml          the resolved configuration (paths made absolute)
+    config.yaml          the resolved configuration (the model and task folders relative to
+                         the repository that holds the run, when they lie inside it)
     journal.jsonl        every event, append-only: the source of truth for --resume
     jobs.parquet  updates.parquet  workers.parquet  meta.json   the trace (simulator schema)
     episodes.parquet     one row per episode
@@ -27,7 +28,7 @@ from typing import Any
 
 import pandas as pd
 
-from runner.config import RunConfig, config_yaml, validate_run
+from runner.config import RunConfig, config_yaml, portable_paths, run_paths, validate_run
 from runner.errors import UserError
 from staleness_sim.config import ConfigError, read_yaml
 from staleness_sim.sweep_store import atomic_write
@@ -65,7 +66,7 @@ class RunDir:
             )
         run.path.mkdir(parents=True, exist_ok=True)
         run.lock()
-        run.write_text("config.yaml", config_yaml(config))
+        run.write_text("config.yaml", config_yaml(portable_paths(config, run.path)))
         run.journal_path.touch()
         return run
 
@@ -80,11 +81,12 @@ class RunDir:
 
     def config(self) -> RunConfig:
         try:
-            return validate_run(
+            config = validate_run(
                 read_yaml(self.path / "config.yaml"), str(self.path / "config.yaml")
             )
         except ConfigError as exc:
             raise UserError(str(exc)) from None
+        return run_paths(config, self.path)  # relative paths: against the repository
 
     def lock(self) -> None:
         """One writer per run directory; a second process gets a clear refusal."""
