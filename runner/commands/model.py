@@ -1,5 +1,6 @@
 """``es-runner model make-tiny DIR``: a tiny Qwen2-architecture model saved like a checkpoint;
-``es-runner model pretrain OUT``: the same architecture warm-started on generated tasks."""
+``es-runner model pretrain OUT``: the same architecture warm-started on generated tasks;
+``es-runner model export RUN_DIR [--version V] OUT``: a run's version as a model folder."""
 
 from __future__ import annotations
 
@@ -85,6 +86,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     pre.add_argument("--no-progress", action="store_true", help="no progress bar")
     pre.set_defaults(func=pretrain)
 
+    exp = msub.add_parser(
+        "export",
+        help="write a run's version as a Hugging Face model folder (save_pretrained)",
+        description="Replay a run's update log onto its base weights up to a version and save "
+        "the result with save_pretrained (model, tokenizer, export.json), so that "
+        "'es-runner eval --model OUT', transformers and vLLM load the trained policy. The "
+        "log is the run's journal, or its checkpoint when there is no journal (a copied run).",
+    )
+    exp.add_argument("run_dir", type=Path, help="run directory")
+    exp.add_argument("out", type=Path, help="output folder (new or empty)")
+    exp.add_argument("--version", type=int, help="version to export (default: the last)")
+    exp.add_argument(
+        "--device",
+        default="cpu",
+        help="where to replay the log (cpu; a run with blockseed-v1 noise drawn on cuda needs cuda)",
+    )
+    exp.set_defaults(func=export)
+
 
 DEFAULT_TASKS = 3000
 
@@ -142,6 +161,14 @@ def pretrain(args: argparse.Namespace) -> int:
         show_progress=not args.no_progress,
     )
     print(json.dumps(summary["result"]))
+    return 0
+
+
+def export(args: argparse.Namespace) -> int:
+    from runner.models.export import export_version
+
+    summary = export_version(args.run_dir, args.out, args.version, args.device)
+    print(json.dumps({"out": str(args.out), **summary}))
     return 0
 
 
