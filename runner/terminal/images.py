@@ -177,6 +177,27 @@ class BuiltImage:
     builder: str = "classic"  # classic | buildkit
 
 
+_fallback_said = False
+_fallback_lock = threading.Lock()
+
+
+def say_fallback(ref: str, reason: str, base_image: str) -> None:
+    """Log a FROM that falls back to the local base image: once per process (a run) in one
+    short warning; each reference with the engine's error at info level (the run's log)."""
+    global _fallback_said
+    log.info("FROM %s is not available (%s); building on %s instead", ref, reason, base_image)
+    with _fallback_lock:
+        if _fallback_said:
+            return
+        _fallback_said = True
+    log.warning(
+        "FROM %s is not available; building on the local base image %s "
+        "(likewise any other missing FROM; -v or the run's log says why)",
+        ref,
+        base_image,
+    )
+
+
 class ImageBuilder:
     """Builds task images; safe to share between threads (one build per recipe at a time)."""
 
@@ -226,17 +247,12 @@ class ImageBuilder:
                 self.client.images.pull(ref)
                 return ref, False
             except docker.errors.APIError as exc:
-                reason = str(exc.explanation or exc).splitlines()[0][:160]
+                reason = str(exc.explanation or exc)
             else:  # pragma: no cover - pull returned without error
                 reason = ""
         else:
             reason = "pulling is disabled (ES_TERMINAL_NO_PULL=1)"
-        log.warning(
-            "FROM %s is not available (%s); building on the local base image %s instead",
-            ref,
-            reason,
-            self.config.base_image,
-        )
+        say_fallback(ref, reason, self.config.base_image)
         return self.config.base_image, True
 
     # --- Dockerfile generation ------------------------------------------------------

@@ -83,20 +83,33 @@ def count_sandboxes(client: docker.DockerClient) -> int:
     return len(_sandboxes(client))
 
 
+def gone_or_going(exc: docker.errors.APIError) -> bool:
+    """Whether a failed removal means another remover got there first (not a failure): the
+    container is gone (404), or its removal is already in progress (409: auto-remove, the
+    orphan reaper, a sandbox closing while Ctrl-C removes every live container)."""
+    if isinstance(exc, docker.errors.NotFound):
+        return True
+    return exc.status_code == 409 and "already in progress" in str(exc)
+
+
+def force_remove(api: docker.APIClient, container_id: str) -> bool:
+    """Force-remove a container and its volumes; True if this call removed it. A removal
+    that another remover has made or is making is no failure; any other is warned of."""
+    try:
+        api.remove_container(container_id, force=True, v=True)
+        return True
+    except docker.errors.APIError as exc:
+        if not gone_or_going(exc):
+            log.warning("could not remove container %s: %s", container_id[:12], exc)
+        return False
+
+
 def remove_sandboxes(client: docker.DockerClient, owner_matches: Callable[[str], bool]) -> int:
     """Force-remove the sandbox containers whose owner label matches; return how many."""
     removed = 0
     for info in _sandboxes(client):
-        if not owner_matches((info.get("Labels") or {}).get(LABEL_OWNER, "")):
-            continue
-        try:
-            client.api.remove_container(info["Id"], force=True, v=True)
-            removed += 1
-        except docker.errors.NotFound:
-            pass
-        except docker.errors.APIError as exc:
-            if not (exc.status_code == 409 and "already in progress" in str(exc)):
-                log.warning("could not remove container %s: %s", info["Id"][:12], exc)
+        if owner_matches((info.get("Labels") or {}).get(LABEL_OWNER, "")):
+            removed += force_remove(client.api, info["Id"])
     return removed
 
 
@@ -142,10 +155,8 @@ def remove_all_live() -> int:
         _live.clear()
     for container in containers:
         try:
-            container.remove(force=True, v=True)
-        except docker.errors.NotFound:
-            pass
-        except Exception as exc:  # noqa: BLE001 - best effort at shutdown
+            force_remove(container.client.api, container.id)
+        except Exception as exc:  # noqa: BLE001 - best effort at shutdown (engine unreachable)
             log.warning("could not remove container %s: %s", container.short_id, exc)
     return len(containers)
 

@@ -291,15 +291,7 @@ class Sandbox:
             self.shell = None
         if self.container is not None:
             cid = self.container.id
-            try:
-                self.container.remove(force=True, v=True)
-            except docker.errors.NotFound:
-                pass
-            except docker.errors.APIError as exc:
-                if exc.status_code == 409 and "already in progress" in str(exc):
-                    pass  # another remover (auto-remove, the orphan reaper) got there first
-                else:
-                    log.warning("could not remove container %s: %s", cid[:12], exc)
+            reaper.force_remove(self.client.api, cid)
             reaper.unregister(cid)
             self.container = None
 

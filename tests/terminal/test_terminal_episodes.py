@@ -1,6 +1,7 @@
 """Episodes, generated categories, Harbor tasks, build failures and the CLI (real Docker)."""
 
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -57,6 +58,27 @@ def test_image_cache_and_from_fallback(docker_client, builder, generated):
     # The container.def's 'apt-get install -y python3 python3-pytest' became a no-op.
     dockerfile = builder.dockerfile_for(task)[0]
     assert dockerfile.startswith(f"FROM {builder.config.base_image}\n")
+
+
+def test_a_missing_from_is_said_once_per_run(docker_client, caplog, monkeypatch):
+    """A FROM that cannot be had falls back to the base image: one short warning for the
+    whole run (which has several builders: the task pool's, each worker's), and each
+    reference with the engine's error at info level, for the run's log."""
+    from runner.terminal import images
+
+    monkeypatch.setattr(images, "_fallback_said", False)  # as at the start of a run
+    caplog.set_level(logging.INFO, logger=images.__name__)
+    refs = ["es-runner-test/absent:1", "es-runner-test/absent:2"]  # neither exists anywhere
+    for _ in range(2):
+        builder = images.ImageBuilder(docker_client, images.ImageConfig(from_map={}, try_pull=True))
+        for ref in refs:
+            assert builder.resolve_from(ref) == (builder.config.base_image, True)
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == 1 and "\n" not in warned[0] and len(warned[0]) < 200
+    assert warned[0].startswith(f"FROM {refs[0]} is not available; building on the local base")
+    infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert [i.split()[1] for i in infos] == refs * 2
+    assert all(i.split(" is not available (")[1].split(")")[0].strip() for i in infos)
 
 
 def test_concurrent_episodes_with_scripted_solutions(docker_client, builder, generated, no_leak):

@@ -1,10 +1,12 @@
 """The sandbox against a real engine: persistence, limits and hostile commands."""
 
+import logging
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -13,7 +15,13 @@ import pytest
 pytest.importorskip("docker", reason="the docker SDK is not installed (pip install -e .[runner])")
 
 from runner.terminal.images import ImageConfig
-from runner.terminal.reaper import LABEL_SANDBOX, count_sandboxes, reap_orphans
+from runner.terminal.reaper import (
+    LABEL_SANDBOX,
+    count_sandboxes,
+    force_remove,
+    gone_or_going,
+    reap_orphans,
+)
 from runner.terminal.sandbox import Sandbox, SandboxConfig
 from runner.terminal.task import TaskLimits
 
@@ -212,3 +220,48 @@ def test_timeout_kill_from_inside_when_host_cannot_see_processes(docker_client, 
         r = sb.run("sleep 1000", 1)
         assert r.timed_out and not r.shell_restarted and "was interrupted" in r.output
         assert sb.run("echo ok", 5).output == "ok"
+
+
+def test_a_removal_already_in_progress_is_not_a_failure(
+    docker_client, no_leak, monkeypatch, caplog
+):
+    """Two removers of one container (a sandbox closing while Ctrl-C removes every live
+    container): the engine answers the later ones 409 "removal ... already in progress",
+    which is no failure and says nothing. Another 409 (a running container removed without
+    force) is a failure."""
+    import docker
+
+    statuses = []
+    remove = docker_client.api.remove_container
+
+    def spy(*args, **kwargs):
+        try:
+            return remove(*args, **kwargs)
+        except docker.errors.APIError as exc:
+            statuses.append(exc.status_code)
+            raise
+
+    monkeypatch.setattr(docker_client.api, "remove_container", spy)
+    labels = {LABEL_SANDBOX: "1"}
+    for _ in range(5):  # four at once gave a 409 every time measured (5 of 5 rounds)
+        c = docker_client.containers.run(BASE, ["sleep", "600"], detach=True, labels=labels)
+        with pytest.raises(docker.errors.APIError) as conflict:
+            docker_client.api.remove_container(c.id)  # running, no force: a real conflict
+        assert conflict.value.status_code == 409 and not gone_or_going(conflict.value)
+        statuses.clear()
+        start, removed = threading.Barrier(4), []
+
+        def remover(cid=c.id, start=start, removed=removed):
+            start.wait()
+            removed.append(force_remove(docker_client.api, cid))
+
+        threads = [threading.Thread(target=remover) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(removed) == [False, False, False, True]
+        if 409 in statuses:
+            break
+    assert 409 in statuses  # the in-progress answer was met, not only "gone" (404)
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
