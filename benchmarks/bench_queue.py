@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from staleness_sim.config import validate  # noqa: E402
-from staleness_sim.queue_engine import simulate_queue  # noqa: E402
+from staleness_sim.queue.engine import simulate_queue  # noqa: E402
 from staleness_sim.summary import trace_summary  # noqa: E402
 
 RULES = {

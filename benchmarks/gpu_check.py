@@ -489,16 +489,16 @@ def section_ext(tab: Table, ctx: SimpleNamespace) -> None:
 def load_policies() -> tuple[Any, str]:
     """The simulator's policy module; as a single file where the package's deps are missing."""
     try:
-        from staleness_sim import policies
+        from staleness_sim.core import policies
 
-        return policies, "staleness_sim.policies"
+        return policies, "staleness_sim.core.policies"
     except ImportError as exc:  # the package __init__ needs pydantic / simpy; policies does not
-        path = REPO / "staleness_sim" / "policies.py"
+        path = REPO / "staleness_sim" / "core" / "policies.py"
         spec = importlib.util.spec_from_file_location("staleness_sim_policies", path)
         mod = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = mod
         spec.loader.exec_module(mod)
-        return mod, f"staleness_sim/policies.py loaded as a file ({exc})"
+        return mod, f"staleness_sim/core/policies.py loaded as a file ({exc})"
 
 
 def section_async(tab: Table, ctx: SimpleNamespace) -> None:

@@ -24,7 +24,7 @@ from staleness_sim.config import (
     read_yaml,
     with_overrides,
 )
-from staleness_sim.policies import make_policy
+from staleness_sim.core.policies import make_policy
 
 PosInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]

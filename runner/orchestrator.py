@@ -43,7 +43,7 @@ from runner.run_state import RunState
 from runner.task_pool import TaskPool
 from runner.terminal import reaper
 from runner.workers import worker_factory
-from staleness_sim.metrics import summarize
+from staleness_sim.core.metrics import summarize
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ import pandas as pd
 from runner.config import RunConfig, config_yaml, portable_paths, run_paths, validate_run
 from runner.errors import UserError
 from staleness_sim.config import ConfigError, read_yaml
-from staleness_sim.sweep_store import atomic_write
+from staleness_sim.sweeps.store import atomic_write
 
 EVAL_KEYS = ("version", "split", "seed")
 

@@ -6,7 +6,7 @@ journalled events back through the same methods (:meth:`RunState.replay`), which
 rebuilds the scheduling policy's state exactly (it is a pure state machine) and checks
 that every decision comes out as it was recorded.
 
-The scheduling policy is the simulator's own (``staleness_sim.policies.make_policy``):
+The scheduling policy is the simulator's own (``staleness_sim.core.policies.make_policy``):
 the same classes the SimPy engine drives, called in the same order for the same events.
 """
 
@@ -20,8 +20,8 @@ import pandas as pd
 from runner.config import RunConfig
 from runner.es import Result, UpdateRecord, UpdateRule
 from runner.seeds import derive_seed
-from staleness_sim import policies
-from staleness_sim.trace import Trace, TraceRecorder
+from staleness_sim.core import policies
+from staleness_sim.core.trace import Trace, TraceRecorder
 
 EXTRA_JOB_COLUMNS = (
     "sign",

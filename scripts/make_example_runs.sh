@@ -45,7 +45,7 @@ and copied here the trace (\`jobs\`, \`updates\`, \`workers.parquet\`, \`meta.js
 per-episode records (\`episodes.parquet\`), the evaluation (\`eval.parquet\`), the ES
 checkpoint and the resolved config. The model is a tiny random one, so every reward is 0;
 the schedule and the timings are real. Read it with \`staleness-sim validate\`,
-\`staleness_sim.trace.Trace.read\` or \`pandas.read_parquet\`.
+\`staleness_sim.core.trace.Trace.read\` or \`pandas.read_parquet\`.
 EOF
 }
 

@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .config import ConfigError, Scenario, load_scenario
-from .report import add_report_arguments, report_command
-from .summary import compare_row, run_summary, simulate_scenario, trace_summary
-from .sweep import add_sweep_arguments, sweep_command
-from .trace import TraceError
-from .validation import DURATION_MODELS, VERSION_EFFECT
+from staleness_sim.config import ConfigError, Scenario, load_scenario
+from staleness_sim.core.trace import TraceError
+from staleness_sim.summary import compare_row, run_summary, simulate_scenario, trace_summary
+from staleness_sim.sweeps.report import add_report_arguments, report_command
+from staleness_sim.sweeps.run import add_sweep_arguments, sweep_command
+from staleness_sim.validation import DURATION_MODELS, VERSION_EFFECT
 
 USER_ERRORS = (ConfigError, TraceError, FileNotFoundError, ValueError)
 
@@ -101,7 +101,7 @@ def _add_run_model(p: argparse.ArgumentParser, prefix: str = "") -> None:
 
 
 def _from_run(folder: Path, args: argparse.Namespace, sets: list[str]) -> Scenario:
-    from .validation import scenario_from_run
+    from staleness_sim.validation import scenario_from_run
 
     return scenario_from_run(
         folder, sets, args.durations, args.criterion, args.version_effect, args.capacity
@@ -264,8 +264,8 @@ def _add_fit(p: argparse.ArgumentParser) -> None:
 
 
 def _fit(args: argparse.Namespace) -> int:
-    from .durations import read_column
-    from .fitting import fit_durations
+    from staleness_sim.durations import read_column
+    from staleness_sim.validation.fitting import fit_durations
 
     censored = None
     if args.data.is_dir():
@@ -300,7 +300,7 @@ def _trace_durations(folder: Path, column: str | None) -> tuple[np.ndarray, np.n
     """Durations of a trace folder's completed jobs (cancelled ones are not durations), or
     with ``--column episodes`` of its episodes; a job or episode cut by its timeout is
     censored (a lower bound)."""
-    from .validation import completed_jobs, job_durations, read_run
+    from staleness_sim.validation import completed_jobs, job_durations, read_run
 
     run = read_run(folder)
     if column in (None, "jobs"):
@@ -332,7 +332,7 @@ def _add_validate(p: argparse.ArgumentParser) -> None:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from .validation import validate_run, write_plots
+    from staleness_sim.validation import validate_run, write_plots
 
     v = validate_run(
         args.run_dir,

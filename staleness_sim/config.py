@@ -1,271 +1,50 @@
-"""Scenario configuration: YAML files, dotted ``--set`` overrides, one-line errors.
+"""Scenario files of either pipeline: load, override, validate.
 
-A user's mistake (unknown key, wrong type, bad value, unknown ``kind`` or ``dist``) becomes
-a :class:`ConfigError` whose message names the field and what is allowed; the command line
-prints it on one line and exits with status 2.
+``pipeline: queue`` selects the queue pipeline (``staleness_sim.queue.config``); anything
+else is a cohort scenario (``staleness_sim.cohort.config``). The config machinery
+(``ConfigError``, YAML, dotted overrides) is ``staleness_sim.core.settings``, re-exported
+here because users' scripts import it from this module.
 """
 
 from __future__ import annotations
 
-import copy
-import types
-import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from staleness_sim.cohort.config import Scenario, validate_cohort
+from staleness_sim.core.settings import (
+    ConfigError,
+    parse_assignment,
+    read_yaml,
+    scenario_dict,
+    set_dotted,
+    with_overrides,
+)
+from staleness_sim.queue.config import QueueScenario, validate_queue
 
-from .durations import DurationSpec
-
-
-class ConfigError(ValueError):
-    """A user's configuration mistake; the message is one line naming the field."""
-
-
-class _Strict(BaseModel):
-    # strict: "4" is not a count, and true is not a number
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class SyncPolicy(_Strict):
-    kind: Literal["sync"]
-
-
-class BoundedPolicy(_Strict):
-    kind: Literal["bounded"]
-    max_lag: Annotated[int, Field(ge=0)]
-    on_stale: Literal["drop", "pace", "cancel"] = "drop"
-
-
-class ControlledDelayPolicy(_Strict):
-    kind: Literal["controlled_delay"]
-    fraction: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.1
-    delay: Annotated[int, Field(ge=1)]
-
-
-class UnboundedPolicy(_Strict):
-    kind: Literal["unbounded"]
-
-
-PolicySpec = Annotated[
-    SyncPolicy | BoundedPolicy | ControlledDelayPolicy | UnboundedPolicy,
-    Field(discriminator="kind"),
+__all__ = [
+    "ConfigError",
+    "QueueScenario",
+    "Scenario",
+    "load_scenario",
+    "parse_assignment",
+    "read_yaml",
+    "scenario_dict",
+    "set_dotted",
+    "validate",
+    "with_overrides",
 ]
 
 
-class JobSpec(_Strict):
-    """A job is one perturbation's evaluation: a direct duration, or D episodes over C sessions."""
-
-    duration: DurationSpec | None = None
-    episodes: Annotated[int, Field(ge=1)] | None = None
-    concurrency: Annotated[int, Field(ge=1)] | None = None
-    episode: DurationSpec | None = None
-
-    @model_validator(mode="after")
-    def _one_form(self) -> JobSpec:
-        composed = (self.episodes, self.concurrency, self.episode)
-        if self.duration is not None:
-            if any(x is not None for x in composed):
-                raise ValueError("give either duration, or episodes + concurrency + episode")
-        elif any(x is None for x in composed):
-            raise ValueError("needs duration, or all of episodes, concurrency and episode")
-        return self
-
-
-class VersionEffect(_Strict):
-    """A factor shared by the jobs of one dispatch version that start together.
-
-    The first job of version v to start opens a group at its start time t0; the jobs of v
-    that start before t0 + ``window`` join it, a later one opens the next group. Each
-    group draws one ``factor`` (mean about 1) that multiplies its jobs' durations. Without
-    ``window`` a group is the whole version.
-    """
-
-    factor: DurationSpec
-    window: Annotated[float, Field(gt=0)] | None = None
-
-
-class Contention(_Strict):
-    """Workers that share one machine: with k jobs busy, each progresses at
-    min(1, capacity / k) of its solo speed (processor sharing), and job durations are
-    solo durations. ``capacity``: how many jobs the machine runs at full speed at once."""
-
-    capacity: Annotated[float, Field(gt=0)]
-
-
-class Scenario(_Strict):
-    name: str = "scenario"
-    seed: Annotated[int, Field(ge=0)] = 0
-    workers: Annotated[int, Field(ge=1)]
-    cohort: Annotated[int, Field(ge=1)]
-    updates: Annotated[int, Field(ge=1)]
-    policy: PolicySpec
-    job: JobSpec
-    update_seconds: Annotated[float, Field(ge=0.0)] = 0.0
-    sync_seconds: Annotated[float, Field(ge=0.0)] = 0.0
-    drain_every: Annotated[int, Field(ge=0)] = 0
-    # Opt-in modelling of measured runs (unset: the model above, unchanged).
-    # dispatch_seconds: a fixed latency between a worker being handed a job and the job
-    # starting (the controller's bookkeeping, journal and table writes), spent syncing.
-    dispatch_seconds: Annotated[float, Field(ge=0.0)] | None = None
-    # version_effect: jobs of one dispatch version share their tasks and sampling seed
-    # (common random numbers), and jobs that run side by side share the machine, so their
-    # durations move together: see VersionEffect.
-    version_effect: VersionEffect | None = None
-    # contention: workers share one machine (a CPU run): see Contention.
-    contention: Contention | None = None
-
-
-# -- loading --------------------------------------------------------------------------
-
-
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of scenario fields at the top level")
-    return data
-
-
-def parse_assignment(text: str) -> tuple[str, Any]:
-    """``KEY=VALUE`` with a dotted key; the value is read as YAML (so 2 is an int)."""
-    key, sep, raw = text.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. policy.max_lag=2")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else raw
-    except yaml.YAMLError:
-        value = raw
-    return key.strip(), value
-
-
-def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
-    """Set ``data[a][b][c] = value`` for key ``a.b.c``, creating mappings on the way."""
-    parts = key.split(".")
-    node = data
-    for i, part in enumerate(parts[:-1]):
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        if not isinstance(child, dict):
-            raise ConfigError(f"{'.'.join(parts[: i + 1])} is not a mapping, cannot set {key}")
-        node = child
-    node[parts[-1]] = value
-
-
-def with_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(data)
-    for key, value in overrides.items():
-        set_dotted(out, key, value)
-    return out
-
-
-def validate(data: dict[str, Any], source: str = "config") -> Scenario:
-    # pipeline: queue is validated by queue_config; the default, cohort, is this Scenario
+def validate(data: dict[str, Any], source: str = "config") -> Scenario | QueueScenario:
+    """A scenario of the pipeline the data names (default: cohort)."""
     if isinstance(data, dict) and "pipeline" in data:
         if data["pipeline"] != "cohort":
-            from .queue_config import validate_queue
-
-            return validate_queue(data, source)  # type: ignore[return-value]
+            return validate_queue(data, source)
         data = {k: v for k, v in data.items() if k != "pipeline"}
-    try:
-        return Scenario.model_validate(data)
-    except ValidationError as e:
-        raise ConfigError(f"{source}: {describe_error(e, data)}") from None
+    return validate_cohort(data, source)
 
 
 def load_scenario(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> Scenario:
     overrides = dict(parse_assignment(s) for s in sets)
     return validate(with_overrides(read_yaml(path), overrides), str(path))
-
-
-def scenario_dict(scenario: Scenario) -> dict[str, Any]:
-    """The scenario as plain data, without unset optional fields (round-trips through YAML)."""
-    return scenario.model_dump(mode="json", exclude_none=True)
-
-
-# -- readable errors ------------------------------------------------------------------
-
-
-def describe_error(error: ValidationError, data: Any, root: type[BaseModel] | None = None) -> str:
-    """One line for the first problem: the field as the user wrote it, and what is allowed.
-
-    ``root`` is the model that was validated (default :class:`Scenario`); it is used to list
-    the allowed keys of the mapping that holds an unknown one.
-    """
-    err = error.errors()[0]
-    loc, kind = list(err["loc"]), err["type"]
-    keyed = kind in ("missing", "extra_forbidden")  # the last element is a key, not a tag
-    path = ".".join(str(p) for p in _user_path(loc, data, keyed)) or "(top level)"
-    if kind == "extra_forbidden":
-        allowed = _fields_at(loc[:-1], root or Scenario)
-        hint = f" (allowed: {', '.join(allowed)})" if allowed else ""
-        return f"{path}: unknown key{hint}"
-    if kind == "missing":
-        return f"{path}: required field is missing"
-    msg = err["msg"].removeprefix("Value error, ")
-    value = err.get("input")
-    scalar = value is None or isinstance(value, (str, int, float, bool))
-    return f"{path}: {msg} (got {value!r})" if scalar and "input" in err else f"{path}: {msg}"
-
-
-def _user_path(loc: list[Any], data: Any, keyed: bool) -> list[Any]:
-    """Drop the union tags pydantic inserts into locations (``policy.bounded.max_lag``)."""
-    out, node = [], data
-    for i, part in enumerate(loc):
-        is_key = keyed and i == len(loc) - 1
-        if isinstance(node, dict) and part not in node and not is_key:
-            continue  # a discriminator tag, not a key the user wrote
-        out.append(part)
-        if isinstance(node, dict):
-            node = node.get(part)
-        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
-            node = node[part]
-        else:
-            node = None
-    return out
-
-
-def _fields_at(loc: list[Any], root: type[BaseModel]) -> list[str]:
-    """Field names of the model found by following ``loc`` (tags included) from ``root``."""
-    node: Any = root
-    for part in loc:
-        node = _step(node, part)
-        if node is None:
-            return []
-    node = _unwrap(node)
-    return list(node.model_fields) if isinstance(node, type) and issubclass(node, BaseModel) else []
-
-
-def _unwrap(tp: Any) -> Any:
-    while typing.get_origin(tp) is Annotated:
-        tp = typing.get_args(tp)[0]
-    return tp
-
-
-def _members(tp: Any) -> list[Any]:
-    """The alternatives of a (possibly nested, annotated, optional) union."""
-    tp = _unwrap(tp)
-    if typing.get_origin(tp) in (Union, types.UnionType):
-        return [m for a in typing.get_args(tp) if a is not type(None) for m in _members(a)]
-    return [tp]
-
-
-def _step(node: Any, part: Any) -> Any:
-    for member in _members(node):
-        if typing.get_origin(member) is list and isinstance(part, int):
-            return typing.get_args(member)[0]
-        if isinstance(member, type) and issubclass(member, BaseModel):
-            if isinstance(part, str) and part in member.model_fields:
-                return member.model_fields[part].annotation
-            for field in ("kind", "dist"):  # a discriminated member named by its tag
-                f = member.model_fields.get(field)
-                if f is not None and typing.get_args(f.annotation) == (part,):
-                    return member
-    return None

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import Scenario
-from .engine import simulate
-from .metrics import summarize
-from .queue_config import QueueScenario
-from .queue_engine import simulate_queue
-from .queue_metrics import queue_summary
-from .trace import Trace
+from staleness_sim.cohort.engine import simulate
+from staleness_sim.config import Scenario
+from staleness_sim.core.metrics import summarize
+from staleness_sim.core.trace import Trace
+from staleness_sim.queue.config import QueueScenario
+from staleness_sim.queue.engine import simulate_queue
+from staleness_sim.queue.metrics import queue_summary
 
 
 def simulate_scenario(scenario: Scenario | QueueScenario) -> Trace:

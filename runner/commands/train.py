@@ -211,9 +211,9 @@ def format_run_table(run, config) -> str:
     import pandas as pd
 
     from staleness_sim.cli import format_table
-    from staleness_sim.metrics import summarize
+    from staleness_sim.core.metrics import summarize
     from staleness_sim.summary import compare_row
-    from staleness_sim.trace import Trace
+    from staleness_sim.core.trace import Trace
 
     row = compare_row(config, summarize(Trace.read(run.path)))
     return format_table(pd.DataFrame([row]))

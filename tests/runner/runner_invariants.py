@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from staleness_sim.metrics import summarize
-from staleness_sim.trace import VERDICTS, Trace
+from staleness_sim.core.metrics import summarize
+from staleness_sim.core.trace import VERDICTS, Trace
 
 
 def journal(run: Path) -> list[dict]:

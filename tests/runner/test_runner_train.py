@@ -12,7 +12,7 @@ from runner_invariants import check_run, journal
 
 from runner import cli as runner_cli
 from runner.terminal.reaper import LABEL_SANDBOX
-from staleness_sim import policies
+from staleness_sim.core import policies
 
 pytestmark = pytest.mark.docker
 

@@ -6,7 +6,7 @@ import pytest
 from scipy import integrate, stats
 
 from staleness_sim import simulate, summarize
-from staleness_sim.analytic import async_mean_lag, expected_max, harmonic
+from staleness_sim.core.analytic import async_mean_lag, expected_max, harmonic
 from staleness_sim.durations import make_duration
 
 

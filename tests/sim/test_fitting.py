@@ -9,7 +9,7 @@ import pytest
 from pydantic import TypeAdapter
 
 from staleness_sim.durations import DurationSpec, make_duration
-from staleness_sim.fitting import fit_durations
+from staleness_sim.validation.fitting import fit_durations
 
 COLUMNS = ["family", "params", "loglik", "aic", "bic", "ks_stat", "ks_pvalue"]
 

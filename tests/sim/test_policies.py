@@ -2,7 +2,7 @@
 
 import pytest
 
-from staleness_sim.policies import (
+from staleness_sim.core.policies import (
     Accept,
     BoundedStaleness,
     ControlledDelay,

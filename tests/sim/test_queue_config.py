@@ -11,7 +11,7 @@ import yaml
 
 from staleness_sim import load_scenario
 from staleness_sim.config import ConfigError, Scenario, scenario_dict, validate
-from staleness_sim.queue_config import QueueScenario
+from staleness_sim.queue.config import QueueScenario
 from staleness_sim.summary import run_summary
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,8 +7,9 @@ import pytest
 
 from staleness_sim import Trace
 from staleness_sim.config import validate, with_overrides
-from staleness_sim.queue_engine import _QueueRun, simulate_queue
-from staleness_sim.queue_metrics import queue_summary
+from staleness_sim.queue.engine import simulate_queue
+from staleness_sim.queue.rules import QueueRun
+from staleness_sim.queue.metrics import queue_summary
 from staleness_sim.summary import run_summary, trace_summary
 
 # C = B = 4 slots and samples per step, groups of one, every sample 1 s, steps 0.5 s.
@@ -234,8 +235,8 @@ SAME = [
 @pytest.mark.parametrize("overrides", SAME, ids=range(len(SAME)))
 def test_vectorised_rollout_equals_the_event_loop(overrides):
     sc = random_scenario(**overrides)
-    fast = _QueueRun(sc, vectorised=True).run()
-    loop = _QueueRun(sc, vectorised=False).run()
+    fast = QueueRun(sc, vectorised=True).run()
+    loop = QueueRun(sc, vectorised=False).run()
     for name in ("jobs", "updates", "workers"):
         pd.testing.assert_frame_equal(getattr(fast, name), getattr(loop, name))
     assert queue_summary(fast) == queue_summary(loop)

@@ -10,7 +10,7 @@ import pytest
 
 from staleness_sim import load_scenario, simulate, summarize
 from staleness_sim.config import validate, with_overrides
-from staleness_sim.queue_config import es_as_queue
+from staleness_sim.queue.config import es_as_queue
 from staleness_sim.summary import policy_label, run_summary, simulate_scenario
 
 SIM = Path(__file__).resolve().parents[2] / "configs" / "sim"

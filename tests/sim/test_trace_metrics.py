@@ -4,8 +4,8 @@ import pandas as pd
 import pytest
 
 from staleness_sim import Trace, simulate, summarize
-from staleness_sim.metrics import SUMMARY_KEYS, time_to_updates
-from staleness_sim.trace import JOB_COLUMNS, TraceError
+from staleness_sim.core.metrics import SUMMARY_KEYS, time_to_updates
+from staleness_sim.core.trace import JOB_COLUMNS, TraceError
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import staleness_sim.cli as cli
-from staleness_sim.sweep import run_sweep
+from staleness_sim.sweeps.run import run_sweep
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
 

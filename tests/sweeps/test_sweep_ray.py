@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from staleness_sim.sweep import run_sweep
+from staleness_sim.sweeps.run import run_sweep
 
 ray = pytest.importorskip("ray")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import staleness_sim.cli as cli
-from staleness_sim.sweep import run_sweep
+from staleness_sim.sweeps.run import run_sweep
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 FIGURES = (
@@ -75,7 +75,7 @@ def test_pareto_frontier_and_zip_partners_held_together():
     import numpy as np
     import pandas as pd
 
-    from staleness_sim.plot_data import SweepData, pareto
+    from staleness_sim.sweeps.plot_data import SweepData, pareto
 
     x = np.array([0.0, 0.5, 1.0, 1.0, 2.0])
     y = np.array([1.0, 0.9, 1.5, 1.2, 1.4])

@@ -12,8 +12,8 @@ import pytest
 import staleness_sim.cli as cli
 import staleness_sim.summary as summary
 from staleness_sim.config import validate
-from staleness_sim.sweep import run_sweep, summary_of_row
-from staleness_sim.sweep_spec import parse_sweep
+from staleness_sim.sweeps.run import run_sweep, summary_of_row
+from staleness_sim.sweeps.spec import parse_sweep
 
 
 @pytest.fixture

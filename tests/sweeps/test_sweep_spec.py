@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from staleness_sim.config import ConfigError
-from staleness_sim.sweep_spec import load_sweep, parse_sweep
+from staleness_sim.sweeps.spec import load_sweep, parse_sweep
 
 
 def test_grid_is_the_cartesian_product(tiny_sweep):
@@ -111,7 +111,7 @@ def test_malformed_sweeps_name_the_problem(tiny_sweep, overrides, field):
 
 
 def test_the_run_limit_counts_points_times_seeds(tiny_sweep):
-    from staleness_sim.sweep_spec import MAX_RUNS, check_size
+    from staleness_sim.sweeps.spec import MAX_RUNS, check_size
 
     spec = parse_sweep(tiny_sweep(grid={"workers": list(range(1, 50_001))}, seeds=[0, 1]))
     assert spec.n_runs == 100_000 == MAX_RUNS

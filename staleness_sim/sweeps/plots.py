@@ -18,8 +18,14 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from .plot_data import QUEUE_TAIL_PATTERN, Skip, SweepData, pareto, speedups
-from .sweep_store import LAG_HISTS, RESULTS, SWEEP_INFO
+from staleness_sim.sweeps.plot_data import (
+    QUEUE_TAIL_PATTERN,
+    Skip,
+    SweepData,
+    pareto,
+    speedups,
+)
+from staleness_sim.sweeps.store import LAG_HISTS, RESULTS, SWEEP_INFO
 
 __all__ = ["FIGURES", "QUEUE_FIGURES", "Skip", "SweepData", "load", "write_all"]
 sns.set_theme(style="whitegrid", context="notebook")
@@ -37,22 +43,6 @@ def load(folder: str | Path) -> SweepData:
     groups = tuple(tuple(a for a in g if a in axes) for g in info.get("zip", []))
     name = info.get("name") or (str(results["name"].iloc[0]) if len(results) else folder.name)
     return SweepData(results, lags, axes, info.get("base", {}), groups, name)
-
-
-def policy_style(labels) -> dict:
-    """hue_order and palette for policy labels, the same in every figure: sync first, then
-    by kind and bound."""
-    rank = {"sync": 0, "bounded": 1, "controlled_delay": 2, "unbounded": 3}
-
-    def key(label: str) -> tuple:
-        kind = label.split("(")[0].split("+")[0]
-        kind = "controlled_delay" if kind == "delay" else kind
-        digits = "".join(ch if ch.isdigit() else " " for ch in label).split()
-        return (rank.get(kind, 9), [int(d) for d in digits], label)
-
-    order = sorted(dict.fromkeys(labels), key=key)
-    colors = sns.color_palette("tab10", n_colors=max(10, len(order)))
-    return {"hue_order": order, "palette": dict(zip(order, colors, strict=False))}
 
 
 def _title(fig: Figure, text: str, held: str) -> None:

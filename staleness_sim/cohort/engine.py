@@ -40,18 +40,13 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import simpy
 
-from .config import JobSpec, Scenario, scenario_dict
-from .durations import DirectJob, EpisodicJob, make_duration
-from .policies import Accept, Cohort, Defer, Discard, Start, make_policy
-from .trace import Trace, TraceRecorder
+from staleness_sim.cohort.config import Scenario
+from staleness_sim.core.policies import Accept, Cohort, Defer, Discard, Start, make_policy
+from staleness_sim.core.settings import scenario_dict
+from staleness_sim.core.trace import Trace, TraceRecorder
+from staleness_sim.durations import DirectJob, make_duration, make_job
 
 _VERDICT_NAMES = {Accept: "accepted", Discard: "discarded", Defer: "deferred"}
-
-
-def make_job(spec: JobSpec) -> DirectJob | EpisodicJob:
-    if spec.duration is not None:
-        return DirectJob(make_duration(spec.duration))
-    return EpisodicJob(make_duration(spec.episode), spec.episodes, spec.concurrency)
 
 
 class DurationStream:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError, read_yaml, scenario_dict, validate, with_overrides
+from staleness_sim.config import ConfigError, read_yaml, scenario_dict, validate, with_overrides
 
 MAX_RUNS = 100_000  # more than this needs --yes
 SWEEP_KEYS = ("name", "base", "set", "grid", "zip", "seeds")

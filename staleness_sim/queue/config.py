@@ -33,8 +33,9 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field, ValidationError, model_validator
 
-from .config import ConfigError, JobSpec, PolicySpec, Scenario, _Strict, describe_error
-from .durations import DurationSpec, make_duration
+from staleness_sim.cohort.config import JobSpec, PolicySpec, Scenario
+from staleness_sim.core.settings import ConfigError, _Strict, describe_error
+from staleness_sim.durations import DurationSpec, make_duration
 
 RULES = ("block", "drop_oldest", "max_staleness", "cohort")
 PIPELINES = ("cohort", "queue")

@@ -8,7 +8,7 @@ default, a fitted family, or fitted episodes composed into jobs), the run's own 
 (``update_seconds``, ``sync_seconds``, ``dispatch_seconds``) and, where the jobs of one
 dispatch version move together, a per-version factor. ``validate_run`` simulates the
 scenario R times with independent seeds and sets each metric of
-:func:`staleness_sim.metrics.summarize` of the measured trace beside the prediction: one
+:func:`staleness_sim.core.metrics.summarize` of the measured trace beside the prediction: one
 function for both sides.
 
 Durations, the conventions:
@@ -38,10 +38,10 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
-from .config import Scenario, parse_assignment, set_dotted, validate
-from .engine import simulate
-from .metrics import lag_histogram, summarize
-from .trace import Trace, TraceError
+from staleness_sim.cohort.engine import simulate
+from staleness_sim.config import Scenario, parse_assignment, set_dotted, validate
+from staleness_sim.core.metrics import lag_histogram, summarize
+from staleness_sim.core.trace import Trace, TraceError
 
 __all__ = [
     "METRICS",
@@ -282,7 +282,7 @@ class RunModel:
 
 
 def _fitted_spec(values: np.ndarray, censored: np.ndarray | None, criterion: str):
-    from .fitting import fit_durations
+    from staleness_sim.validation.fitting import fit_durations
 
     result = fit_durations(values, criterion=criterion, censored=censored)
     spec = result.best.model_dump(mode="json", exclude_none=True)

@@ -1,35 +1,5 @@
-"""The queue pipeline: C rollout slots, groups of S samples, a queue of finished groups, and
-a trainer that takes B samples per step and needs its own time per step.
-
-Two ways of forming a batch share one set of conventions (those of the cohort engine,
-``engine.py``) and one trace schema:
-
-* the **queue rules** (``block``, ``drop_oldest``, ``max_staleness``; optional admission
-  control and in-flight updates): the trainer, when free, takes the B oldest queued
-  samples (whole groups) and publishes version v + 1 when its step ends; a slot that
-  starts a sample uses the newest published version;
-* the **cohort rule**: an ES policy of ``policies.py`` closes a cohort of N = B results and
-  the trainer applies cohorts one after another (the cohort engine's semantics, so an ES
-  scenario written in this pipeline reproduces the cohort engine exactly).
-
-Conventions (tested in ``tests/sim/test_queue_engine.py``):
-
-1. A landing sample is booked (its group completed, queued, perhaps taken) *before* its
-   slot asks for its next sample; with a zero-time step, the new version is published
-   before that, so the slot starts at the new version (as the cohort engine does).
-2. Idle slots are served first come, first served; serving stops at the first refusal.
-3. At equal times, a trainer step that ends is handled before samples that land: the
-   landing sample is judged at the new version.
-4. The run ends when step ``updates`` ends (its weights are published). Samples still
-   generating then are ``cancelled`` ("run ended", end time = the end of the run);
-   finished samples not yet used are ``cancelled`` with the reason saying where they were.
-5. Sample k gets the same duration under every rule for a given seed (drawn exactly as
-   the cohort engine draws job k's duration); step j the same step time.
-
-Staleness of a used sample = the trainer's version when it takes the batch minus the
-version the sample generated under: its start version, or with ``in_flight_updates`` the
-newest version it generated under (the version when it ended).
-"""
+"""The queue rules (``block``, ``drop_oldest``, ``max_staleness``): the trainer takes the B
+oldest queued samples; see ``staleness_sim.queue.engine`` for the conventions."""
 
 from __future__ import annotations
 
@@ -38,148 +8,35 @@ import heapq
 import math
 from array import array
 from collections import deque
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from .config import scenario_dict
-from .durations import make_duration
-from .engine import make_job
-from .policies import Start, make_policy
-from .queue_config import QueueScenario
-from .trace import JOB_COLUMNS, UPDATE_COLUMNS, WORKER_COLUMNS, Trace, TraceRecorder
-
-EXTRA_JOB_COLUMNS = ("group", "group_end_time", "take_time", "generated")
-VERDICT_CODES = ("cancelled", "accepted", "discarded")  # jobs.verdict of the queue rules
-
-# group states
-GENERATING, QUEUED, HELD, TAKEN, DROPPED_FULL, DROPPED_STALE = range(6)
-# slot states, in the trace's words
-SLOT_STATES = ("busy", "idle", "syncing")
-BUSY, IDLE, SYNCING = range(3)
-INF = math.inf
-
-
-class SampleDurations:
-    """Durations by sample id, drawn exactly as ``engine.DurationStream`` draws job durations
-    (one generator, blocks of 256 doubling to 16384), so sample k of a queue run gets job
-    k's duration of the cohort engine for the same job model and seed."""
-
-    def __init__(self, job, seed: int, first_block: int = 256, max_block: int = 16384) -> None:
-        self.job = job
-        self._rng = np.random.default_rng(seed)
-        self._block, self._max_block = first_block, max_block
-        self._buf = np.empty(0)
-        self.n = 0
-        self.values: list[float] = []  # the same numbers as Python floats (the event loop)
-
-    def ensure(self, n: int) -> None:
-        while self.n < n:
-            block = self.job.sample(self._rng, self._block)
-            self._block = min(2 * self._block, self._max_block)
-            if self.n + len(block) > len(self._buf):
-                grown = np.empty(max(2 * len(self._buf), self.n + len(block)))
-                grown[: self.n] = self._buf[: self.n]
-                self._buf = grown
-            self._buf[self.n : self.n + len(block)] = block
-            self.n += len(block)
-
-    def extend(self) -> None:
-        """One more block of ``values`` (for the event loop)."""
-        have = len(self.values)
-        self.ensure(have + 1)
-        self.values.extend(self._buf[have : self.n].tolist())
-
-    def array(self, n: int) -> np.ndarray:
-        self.ensure(n)
-        return self._buf[:n]
-
-
-class StepDurations:
-    """Trainer step times in step order, from their own generator (seed, 1)."""
-
-    def __init__(self, model, seed: int, block: int = 1024) -> None:
-        self.model = model
-        self._rng = np.random.default_rng([seed, 1])
-        self._block = block
-        self._values: list[float] = []
-        self._next = 0
-
-    def next(self) -> float:
-        if self._next >= len(self._values):
-            self._values = self.model.sample(self._rng, self._block).tolist()
-            self._next = 0
-        self._next += 1
-        return self._values[self._next - 1]
-
-
-class SlotStates:
-    """Contiguous busy / idle / syncing intervals of every slot, from time 0 to the end."""
-
-    def __init__(self, n: int, merge: bool = True) -> None:
-        self.state = [IDLE] * n
-        self.since = [0.0] * n
-        self.merge = merge  # False: close an interval at every call, as the cohort engine does
-        self.worker, self.code = array("q"), array("b")
-        self.start, self.end = array("d"), array("d")
-
-    def set(self, slot: int, state: int, now: float) -> None:
-        if self.merge and state == self.state[slot]:
-            return
-        since = self.since[slot]
-        if now > since:
-            self.worker.append(slot)
-            self.code.append(self.state[slot])
-            self.start.append(since)
-            self.end.append(now)
-        self.state[slot] = state
-        self.since[slot] = now
-
-    def close(self, end: float) -> None:
-        merge, self.merge = self.merge, False
-        for slot in range(len(self.state)):
-            self.set(slot, self.state[slot], end)
-        self.merge = merge
-
-    def frame(self) -> pd.DataFrame:
-        codes = np.frombuffer(self.code, dtype=np.int8) if len(self.code) else np.empty(0, np.int8)
-        return pd.DataFrame(
-            {
-                "worker": np.asarray(self.worker, dtype=np.int64),
-                "state": np.array(SLOT_STATES, dtype=object)[codes],
-                "start": np.asarray(self.start, dtype=np.float64),
-                "end": np.asarray(self.end, dtype=np.float64),
-            },
-            columns=list(WORKER_COLUMNS),
-        )
-
-
-def simulate_queue(scenario: QueueScenario) -> Trace:
-    """Run one queue-pipeline scenario and return its trace."""
-    if scenario.queue.rule == "cohort":
-        return _CohortRun(scenario).run()
-    return _QueueRun(scenario).run()
-
-
-def _meta(sc: QueueScenario, job, step_model, end: float, **extra: Any) -> dict[str, Any]:
-    return {
-        "source": "simulation",
-        "pipeline": "queue",
-        "workers": sc.rollout.concurrency,
-        "group_size": sc.rollout.group_size,
-        "batch": sc.trainer.batch,
-        "capacity_samples": sc.capacity_samples,
-        "rule": sc.queue.rule,
-        "wall_clock_s": end,
-        "scenario": scenario_dict(sc),
-        "job_model": job.describe(),
-        "step_model": step_model.describe(),
-        **extra,
-    }
-
-
-# -- the queue rules --------------------------------------------------------------------
+from staleness_sim.core.trace import (
+    JOB_COLUMNS,
+    UPDATE_COLUMNS,
+    WORKER_COLUMNS,
+    Trace,
+)
+from staleness_sim.durations import make_duration, make_job
+from staleness_sim.queue.config import QueueScenario
+from staleness_sim.queue.parts import (
+    BUSY,
+    DROPPED_FULL,
+    DROPPED_STALE,
+    EXTRA_JOB_COLUMNS,
+    GENERATING,
+    HELD,
+    IDLE,
+    INF,
+    QUEUED,
+    SLOT_STATES,
+    SYNCING,
+    TAKEN,
+    VERDICT_CODES,
+    StepDurations,
+    trace_meta,
+)
 
 
 class SlotDurations:
@@ -272,7 +129,7 @@ def slot_intervals(
     )
 
 
-class _QueueRun:
+class QueueRun:
     def __init__(self, sc: QueueScenario, vectorised: bool = True) -> None:
         self.sc = sc
         self.vectorised = vectorised  # False: always the event loop (tests compare the two)
@@ -753,7 +610,7 @@ class _QueueRun:
             columns=list(JOB_COLUMNS + EXTRA_JOB_COLUMNS),
         )
         updates = self._updates(g_v[accepted], (g_v - used)[accepted])
-        meta = _meta(self.sc, self.job, self.step_model, end, samples_started=n)
+        meta = trace_meta(self.sc, self.job, self.step_model, end, samples_started=n)
         workers = slot_intervals(self.C, end, slot, tdisp, t0, end_time)
         return Trace(jobs, updates, workers, meta)
 
@@ -790,162 +647,3 @@ class _QueueRun:
             },
             columns=list(UPDATE_COLUMNS),
         )
-
-
-# -- the cohort rule: an ES policy forms the batches ------------------------------------
-
-_LAND, _BEGIN = 0, 1
-_VERDICT_NAMES = {"Accept": "accepted", "Discard": "discarded", "Defer": "deferred"}
-
-
-class _CohortRun:
-    """The cohort engine's semantics on this pipeline's loop: the policy admits jobs, judges
-    each landing result and closes cohorts of B; the trainer applies them in order, each
-    taking a step time; a job dispatched at version v starts when v's weights are available
-    plus ``sync_seconds`` per version its slot missed."""
-
-    def __init__(self, sc: QueueScenario) -> None:
-        self.sc = sc
-        self.job = make_job(sc.rollout.job_spec())
-        self.step_model = make_duration(sc.trainer.step)
-        self.durations = SampleDurations(self.job, sc.seed)
-        self.steps = StepDurations(self.step_model, sc.seed)
-
-    def run(self) -> Trace:
-        sc = self.sc
-        C = sc.rollout.concurrency
-        self.policy = make_policy(sc.queue.policy, sc.trainer.batch, sc.queue.drain_every)
-        self.rec = TraceRecorder(EXTRA_JOB_COLUMNS)
-        self.available = [0.0]  # version -> when its weights are available
-        self.heap: list[tuple[float, int, int, int, int]] = []  # (time, seq, kind, job, slot)
-        self.seq = 0
-        self.idle: deque[int] = deque()
-        self.synced = [0] * C
-        self.slots = SlotStates(C, merge=False)
-        self.running: dict[int, int] = {}  # job -> slot, generating
-        self.interrupted: set[int] = set()  # landing events to ignore
-        self.cancel_pending: dict[int, str] = {}  # cancelled while their slot was syncing
-        self.finished = False
-        self.end, self.end_seq = INF, -1
-        for slot in range(C):
-            self.idle.append(slot)
-            self._pump(0.0)
-        while self.heap:
-            t, seq, kind, job, slot = self.heap[0]
-            if self.finished and (t > self.end or (t == self.end and seq > self.end_seq)):
-                break
-            heapq.heappop(self.heap)
-            if kind == _BEGIN:
-                self._begun(job, slot, t)
-            elif job not in self.interrupted:
-                self._landed(job, slot, t)
-        if not self.finished:
-            raise RuntimeError("queue pipeline stalled: the policy never completed a cohort")
-        self.slots.close(self.end)
-        for job in self.running:
-            self.rec.set_job(job, end_time=self.end, reason="run ended")
-        meta = _meta(self.sc, self.job, self.step_model, self.end)
-        trace = self.rec.trace(meta)
-        trace.workers = self.slots.frame()
-        jobs = trace.jobs
-        jobs["group"] = jobs["group"].astype(np.int64)
-        for c in ("group_end_time", "take_time"):
-            jobs[c] = jobs[c].astype("float64")
-        jobs["generated"] = jobs["generated"].astype("boolean").fillna(False).astype(bool)
-        return trace
-
-    def _push(self, t: float, kind: int, job: int, slot: int) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (t, self.seq, kind, job, slot))
-
-    def _pump(self, now: float) -> None:
-        while self.idle and not self.finished:
-            decision = self.policy.on_idle(self.idle[0])
-            if not isinstance(decision, Start):
-                return
-            self._dispatch(self.idle.popleft(), decision, now)
-
-    def _dispatch(self, slot: int, start: Start, now: float) -> None:
-        job, version = start.job_id, start.version
-        self.rec.dispatch(job, slot, seed=job, version=version, time=now)
-        self.rec.set_job(job, group=job)
-        ready = max(now, self.available[version]) + self.sc.rollout.sync_seconds * (
-            version - self.synced[slot]
-        )
-        self.synced[slot] = version
-        if ready > now:
-            self.slots.set(slot, SYNCING, now)
-            self._push(now + (ready - now), _BEGIN, job, slot)
-        else:
-            self._begun(job, slot, now)
-
-    def _begun(self, job: int, slot: int, now: float) -> None:
-        if job in self.cancel_pending:  # cancelled while its slot was syncing
-            self.rec.set_job(job, end_time=now, reason=self.cancel_pending.pop(job))
-            self._to_idle(slot, now)
-            return
-        self.slots.set(slot, BUSY, now)
-        self.rec.set_job(job, start_time=now)
-        self.running[job] = slot
-        values = self.durations.values
-        while job >= len(values):
-            self.durations.extend()
-        self._push(now + values[job], _LAND, job, slot)
-
-    def _to_idle(self, slot: int, now: float) -> None:
-        self.slots.set(slot, IDLE, now)
-        if not self.finished:
-            self.idle.append(slot)
-            self._pump(now)
-
-    def _landed(self, job: int, slot: int, now: float) -> None:
-        del self.running[job]
-        self.rec.set_job(job, end_time=now, generated=True, group_end_time=now)
-        if self.finished:
-            self.rec.set_job(job, reason="landed after the last update")
-            self.slots.set(slot, IDLE, now)
-            return
-        verdict = self.policy.on_result(job)
-        self.rec.set_job(
-            job,
-            completion_version=self.policy.version,
-            lag=verdict.lag,
-            reason=verdict.reason,
-            verdict=_VERDICT_NAMES[type(verdict).__name__],
-        )
-        stopped: list[int] = []
-        while self.policy.ready() and not self.finished:
-            stopped += self._commit(self.policy.commit(), now)
-        self._to_idle(slot, now)
-        for other in stopped:  # slots of cancelled jobs, in the order they were stopped
-            self._to_idle(other, now)
-
-    def _commit(self, cohort, now: float) -> list[int]:
-        applied = max(now, self.available[cohort.version - 1]) + self.steps.next()
-        self.available.append(applied)
-        for job, lag in zip(cohort.job_ids, cohort.lags, strict=True):
-            self.rec.set_job(job, verdict="accepted", lag=lag, take_time=now)
-        lags = np.asarray(cohort.lags)
-        self.rec.update(
-            version=cohort.version,
-            time=applied,
-            commit_time=now,
-            cohort_size=cohort.size,
-            mean_lag=float(lags.mean()),
-            max_lag=int(lags.max()),
-        )
-        stopped = []
-        for job in cohort.cancel:
-            self.policy.on_cancel(job)
-            why = f"cancelled at version {cohort.version}: would exceed the bound"
-            if job in self.running:
-                self.rec.set_job(job, end_time=now, reason=why)
-                self.interrupted.add(job)
-                stopped.append(self.running.pop(job))
-            else:
-                self.cancel_pending[job] = why
-        if cohort.version >= self.sc.updates:
-            self.finished = True
-            self.end = now + (applied - now)
-            self.end_seq = self.seq
-        return stopped

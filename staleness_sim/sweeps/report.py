@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .sweep_store import atomic_write
+from staleness_sim.sweeps.store import atomic_write
 
 MAX_TABLE_ROWS = 200
 METRICS = {  # column -> (heading, scale, format)
@@ -61,7 +61,7 @@ def write_report(
     folder: str | Path, out: str | Path | None = None, formats: tuple[str, ...] = ("md", "html")
 ) -> list[Path]:
     """Write the report files for sweep folder ``folder``; returns the paths written."""
-    from .plots import load, write_all  # lazy: seaborn is slow to import
+    from staleness_sim.sweeps.plots import load, write_all  # lazy: seaborn is slow to import
 
     folder = Path(folder)
     data = load(folder)

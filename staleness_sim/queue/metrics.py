@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from .analytic import queue_drop_mean_staleness
-from .metrics import lag_histogram, state_fractions, wall_clock
-from .trace import Trace
+from staleness_sim.core.analytic import queue_drop_mean_staleness
+from staleness_sim.core.metrics import lag_histogram, state_fractions, wall_clock
+from staleness_sim.core.trace import Trace
 
 QUEUE_KEYS = (
     "mean_staleness",

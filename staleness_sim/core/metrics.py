@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .trace import Trace
+from staleness_sim.core.trace import Trace
 
 SUMMARY_KEYS = (
     "wall_clock_s",

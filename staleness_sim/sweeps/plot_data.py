@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .sweep_spec import axis_value
+from staleness_sim.sweeps.spec import axis_value
 
 TAIL_PATTERN = re.compile(r"^job\.(episode|duration)(\..+)?\.(sigma|cv|shape)$")
 QUEUE_TAIL_PATTERN = re.compile(
@@ -52,8 +52,6 @@ class SweepData:
     def policies(self, frame: pd.DataFrame | None = None) -> dict[str, Any]:
         """Seaborn hue_order (the labels present in ``frame``) and palette for
         ``policy_label``; colours are the same in every figure."""
-        from .plots import policy_style
-
         style = policy_style(self.results["policy_label"])
         if frame is not None:
             present = set(frame["policy_label"])
@@ -133,3 +131,21 @@ def _short(value: Any) -> str:
         d = json.loads(value)
         return d.get("kind", value) if isinstance(d, dict) else value
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def policy_style(labels) -> dict:
+    """hue_order and palette for policy labels, the same in every figure: sync first, then
+    by kind and bound."""
+    rank = {"sync": 0, "bounded": 1, "controlled_delay": 2, "unbounded": 3}
+
+    def key(label: str) -> tuple:
+        kind = label.split("(")[0].split("+")[0]
+        kind = "controlled_delay" if kind == "delay" else kind
+        digits = "".join(ch if ch.isdigit() else " " for ch in label).split()
+        return (rank.get(kind, 9), [int(d) for d in digits], label)
+
+    order = sorted(dict.fromkeys(labels), key=key)
+    import seaborn as sns  # lazy: seaborn is slow to import
+
+    colors = sns.color_palette("tab10", n_colors=max(10, len(order)))
+    return {"hue_order": order, "palette": dict(zip(order, colors, strict=False))}

@@ -8,7 +8,7 @@ A row's metrics are exactly ``staleness-sim run --json`` for that scenario and s
 
 Python use::
 
-    from staleness_sim.sweep import run_sweep
+    from staleness_sim.sweeps.run import run_sweep
     out = run_sweep("configs/sweeps/paper_published.yaml", "runs/sweeps/paper", jobs=2)
     out.results.groupby("workers")["updates_per_hour"].mean()
 """
@@ -27,10 +27,10 @@ from typing import Any
 
 import pandas as pd
 
-from . import summary
-from .config import ConfigError, validate
-from .sweep_spec import Run, SweepSpec, axis_value, load_sweep, parse_sweep
-from .sweep_store import SWEEP_INFO, ResultStore, atomic_write
+from staleness_sim import summary
+from staleness_sim.config import ConfigError, validate
+from staleness_sim.sweeps.spec import Run, SweepSpec, axis_value, load_sweep, parse_sweep
+from staleness_sim.sweeps.store import SWEEP_INFO, ResultStore, atomic_write
 
 BACKENDS = ("local", "ray")
 Batch = list[tuple[str, dict[str, Any]]]  # (key, scenario) pairs

@@ -1,0 +1,39 @@
+"""What a job costs: duration specs (config), models (samplers) and jobs (makespans).
+
+Maximum-likelihood fitting of these models to measurements is in
+``staleness_sim.validation.fitting``.
+"""
+
+from staleness_sim.durations.jobs import DirectJob, EpisodicJob, make_job, makespan
+from staleness_sim.durations.models import DurationModel, make_duration
+from staleness_sim.durations.specs import (
+    ConstantSpec,
+    DurationSpec,
+    EmpiricalSpec,
+    ExponentialSpec,
+    GammaSpec,
+    LognormalSpec,
+    LomaxSpec,
+    MixtureSpec,
+    WeibullSpec,
+    read_column,
+)
+
+__all__ = [
+    "ConstantSpec",
+    "DirectJob",
+    "DurationModel",
+    "DurationSpec",
+    "EmpiricalSpec",
+    "EpisodicJob",
+    "ExponentialSpec",
+    "GammaSpec",
+    "LognormalSpec",
+    "LomaxSpec",
+    "MixtureSpec",
+    "WeibullSpec",
+    "make_duration",
+    "make_job",
+    "makespan",
+    "read_column",
+]
