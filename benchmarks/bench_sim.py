@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from staleness_sim import engine, load_scenario, simulate, summarize  # noqa: E402
-from staleness_sim.durations import make_duration  # noqa: E402
 from staleness_sim.core.policies import Start, make_policy  # noqa: E402
+from staleness_sim.durations import make_duration  # noqa: E402
 
 PAPER = ROOT / "configs" / "sim" / "paper_async1.yaml"
 

@@ -24,8 +24,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from staleness_sim.core import analytic  # noqa: E402
 from staleness_sim.config import validate  # noqa: E402
+from staleness_sim.core import analytic  # noqa: E402
 from staleness_sim.durations import make_duration  # noqa: E402
 from staleness_sim.summary import run_summary  # noqa: E402
 

@@ -15,16 +15,16 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from runner.es import UpdateRule, parse_staleness
-from staleness_sim.config import (
+from staleness_sim.cohort.config import PolicySpec
+from staleness_sim.core.policies import make_policy
+from staleness_sim.core.settings import (
     ConfigError,
-    PolicySpec,
     _Strict,
     describe_error,
     parse_assignment,
     read_yaml,
     with_overrides,
 )
-from staleness_sim.core.policies import make_policy
 
 PosInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]

@@ -212,8 +212,8 @@ def format_run_table(run, config) -> str:
 
     from staleness_sim.cli import format_table
     from staleness_sim.core.metrics import summarize
-    from staleness_sim.summary import compare_row
     from staleness_sim.core.trace import Trace
+    from staleness_sim.summary import compare_row
 
     row = compare_row(config, summarize(Trace.read(run.path)))
     return format_table(pd.DataFrame([row]))

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
+from staleness_sim.config import validate
 from staleness_sim.core import analytic
 from staleness_sim.core.analytic import queue_drop_mean_staleness
-from staleness_sim.config import validate
 from staleness_sim.durations import make_duration
 from staleness_sim.summary import run_summary
 

@@ -7,8 +7,8 @@ import pytest
 
 from staleness_sim.cli import compare_table
 from staleness_sim.config import validate
-from staleness_sim.sweeps.report import write_report
 from staleness_sim.summary import run_summary
+from staleness_sim.sweeps.report import write_report
 from staleness_sim.sweeps.run import run_sweep, summary_of_row
 
 BASE = {
