@@ -15,6 +15,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from runner.es import UpdateRule, parse_staleness
+from runner.es.schemes import check_scheme
 from staleness_sim.cohort.config import PolicySpec
 from staleness_sim.core.policies import make_policy
 from staleness_sim.core.settings import (
@@ -40,7 +41,8 @@ class ESConfig(_Strict):
     staleness: str = "none"
     # blockseed-v1: torch's generator per block (bit-exact on one device type);
     # philox-v2: the same numbers on CPU and CUDA (docs/es.md, "Noise schemes")
-    noise: Literal["blockseed-v1", "philox-v2"] = "blockseed-v1"
+    # lowrank-v1-r<R>: each matrix moves along rank-R factors drawn from the seed (EGGROLL)
+    noise: str = "blockseed-v1"
     # a regular expression over the model's (Hugging Face) parameter names: ES perturbs
     # and updates only the parameters it matches (default: all of them)
     params: str | None = None
@@ -58,6 +60,11 @@ class ESConfig(_Strict):
             except re.error as exc:
                 raise ValueError(f"not a regular expression: {exc}") from None
         return value
+
+    @field_validator("noise")
+    @classmethod
+    def _noise(cls, value: str) -> str:
+        return check_scheme(value)
 
     @field_validator("staleness")
     @classmethod

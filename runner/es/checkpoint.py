@@ -8,9 +8,9 @@ the log, which gives the same master bit for bit on the same device type.
 
 The noise scheme is ``config.noise.scheme``; a checkpoint that records none was made with
 ``blockseed-v1`` (:data:`~runner.es.noise.LEGACY_SCHEME`) and is replayed with it.
-blockseed-v1 logs load only on the device type that wrote them; philox-v2 logs load on any
-device (bit-exact on the same device type, elsewhere within the ulps of log/cos/sin, see
-:mod:`runner.es.noise`).
+blockseed-v1 logs load only on the device type that wrote them; philox-v2 and
+lowrank-v1-r<R> logs load on any device (bit-exact on the same device type, elsewhere
+within the ulps of log/cos/sin, see :mod:`runner.es.noise`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from typing import Any
 import torch
 
 from runner.es.checkpoint_file import CHECKPOINT_FILE, read_checkpoint, write_checkpoint
-from runner.es.noise import DEFAULT_BLOCK, LEGACY_SCHEME, NOISE_SCHEMES, PHILOX_SCHEME
+from runner.es.noise import DEFAULT_BLOCK, LEGACY_SCHEME, NOISE_SCHEMES
 from runner.es.optimizer import ESOptimizer
 from runner.es.records import UpdateRecord
+from runner.es.schemes import LOWRANK_SCHEME, check_scheme
 
 __all__ = ["load_checkpoint", "read_checkpoint", "save_checkpoint", "write_checkpoint"]
 
@@ -94,10 +95,13 @@ def load_checkpoint(
     cfg = doc["config"]
     noise = cfg.get("noise") or {}  # every writer so far recorded it; be lenient anyway
     scheme = noise.get("scheme", LEGACY_SCHEME)
-    if scheme not in NOISE_SCHEMES:
+    try:
+        check_scheme(scheme)
+    except ValueError:
         raise ValueError(
-            f"checkpoint noise scheme {scheme!r} is unknown (known: {', '.join(NOISE_SCHEMES)})"
-        )
+            f"checkpoint noise scheme {scheme!r} is unknown (known: {', '.join(NOISE_SCHEMES)}, "
+            f"{LOWRANK_SCHEME})"
+        ) from None
     asked = kwargs.pop("noise", scheme)
     if asked != scheme:
         raise ValueError(
@@ -106,7 +110,7 @@ def load_checkpoint(
         )
     recorded_block = noise.get("block", DEFAULT_BLOCK)
     block = kwargs.pop("noise_block", recorded_block)
-    if block != recorded_block and scheme != PHILOX_SCHEME:
+    if block != recorded_block and scheme == LEGACY_SCHEME:
         raise ValueError(
             f"noise_block={block} differs from the checkpoint's {recorded_block}; the noise would differ"
         )
@@ -128,7 +132,7 @@ def load_checkpoint(
             f"the checkpoint was made from {doc['base']['sha256']}"
             + (f" ({doc['base']['path']})" if doc["base"].get("path") else "")
         )
-    if scheme != PHILOX_SCHEME and opt.device_type != noise.get("device_type", opt.device_type):
+    if scheme == LEGACY_SCHEME and opt.device_type != noise.get("device_type", opt.device_type):
         raise ValueError(
             f"checkpoint noise was generated on device type {noise['device_type']!r}, the model is "
             f"on {opt.device_type!r}; the noise streams differ between device types"

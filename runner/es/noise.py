@@ -66,6 +66,29 @@ What philox-v2 guarantees:
 * A log written on one device type therefore replays on another to within that
   tolerance, not bit for bit; on the same device type it replays bit for bit.
 
+Scheme ``lowrank-v1-r<R>`` (low-rank perturbations, as in EGGROLL; device-independent like
+philox-v2, which draws its factors):
+
+* A 2-D parameter ``W`` of shape ``(m, n)`` is perturbed along ``A B^T / sqrt(R)``, with
+  factors ``A`` (``m x R``) and ``B`` (``n x R``) drawn from the same seed: ``A[i, k]`` is
+  element ``i * R + k`` and ``B[j, k]`` element ``j * R + k`` of a philox-v2 normal stream
+  (the definition above) under the key ``k = int.from_bytes(blake2b(
+  b"runner.es.noise/lowrank-v1\0" + seed.to_bytes(8, "little") + name.encode() + b"\0" +
+  factor, digest_size=8).digest(), "little")``, ``factor`` being ``b"A"`` or ``b"B"``,
+  split into two 32-bit words as for philox-v2.
+* Element ``(i, j)`` (flat index ``i * n + j``) is ``s * (((A[i,0] * B[j,0]) + A[i,1] *
+  B[j,1]) + ...)``, every product and sum a separate float32 op in that order, and ``s``
+  the float32 value of ``1 / sqrt(R)``: each element has variance 1 (a sum of R products
+  of independent standard normals, over R), so sigma means what it means for full noise,
+  and an update is a sum of rank-R matrices along the drawn factors.
+* Parameters that are not matrices (biases, norms) get the philox-v2 stream of their name
+  (full rank, the same numbers as under philox-v2).
+* Any element depends on (seed, name, shape, R) only, not on chunking or threads; the
+  factors' rows a chunk needs are drawn for it (``B`` whole, ``(n + rows) * R`` normals a
+  chunk). Products and sums are correctly rounded float32 ops, so across device types the
+  elements inherit philox-v2's tolerance (the factors' normals within 1e-6 relative);
+  on one device type they are bit-exact.
+
 Cost: about 25 int64 element-ops per normal, ~0.2-0.3x the rate of ``torch.randn`` on
 CPU (``benchmarks/bench_es.py``). Work runs in sub-chunks of at most
 ``PHILOX_SUB_ELEMENTS`` elements with one scratch of ``PhiloxScratch.BYTES_PER_QUAD``
@@ -88,11 +111,13 @@ from runner.es.schemes import (  # noqa: F401 - re-exported: the names noise is 
     SEED_LIMIT,
     check_scheme,
     check_seed,
+    lowrank_rank,
 )
 
 DEFAULT_BLOCK = 2**18
 _PREFIX = b"runner.es.noise/v1\0"
 _PREFIX_V2 = b"runner.es.noise/v2\0"
+_PREFIX_LOWRANK = b"runner.es.noise/lowrank-v1\0"
 
 # Philox4x32 constants (Random123): multipliers and the Weyl key increments.
 _M0, _M1 = 0xD2511F53, 0xCD9E8D57
@@ -305,13 +330,95 @@ def philox_uniforms(
     return _philox_lanes_to_elements(lanes, start, count)
 
 
-# ---------------------------------------------------------------------- both schemes
+# ---------------------------------------------------------------------- lowrank-v1-r<R>
+def lowrank_key(seed: int, name: str, factor: str) -> tuple[int, int]:
+    """The Philox key of factor ``"A"`` or ``"B"`` of one (seed, matrix) perturbation."""
+    if factor not in ("A", "B"):
+        raise ValueError(f"factor must be 'A' or 'B', got {factor!r}")
+    h = hashlib.blake2b(digest_size=8)
+    h.update(_PREFIX_LOWRANK)
+    h.update(check_seed(seed).to_bytes(8, "little"))
+    h.update(name.encode("utf-8"))
+    h.update(b"\0" + factor.encode())
+    k = int.from_bytes(h.digest(), "little")
+    return k & _MASK32, k >> 32
+
+
+class LowRankStream:
+    """What all chunks of one (seed, tensor) low-rank stream share: the rank, the keys of
+    the two factors and of the full-rank stream (for parameters that are not matrices)."""
+
+    def __init__(self, seed: int, name: str, rank: int) -> None:
+        self.rank = rank
+        self.a, self.b = lowrank_key(seed, name, "A"), lowrank_key(seed, name, "B")
+        self.full = philox_key(seed, name)
+        # float32(1 / sqrt(R)), exactly representable in the ops' float32 arithmetic
+        self.scale = float(torch.tensor(1 / math.sqrt(rank), dtype=torch.float32))
+
+
+def _philox_normals(
+    key: tuple[int, int], start: int, count: int, device: torch.device, scratch: PhiloxScratch
+) -> torch.Tensor:
+    return _fill_philox(torch.empty(count, device=device), key, start, scratch)
+
+
+def lowrank_factors(
+    seed: int, name: str, shape: tuple[int, int], rank: int, *, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The factors ``(A, B)`` (``m x R``, ``n x R``, float32) of one matrix's perturbation."""
+    (m, n), st, device = shape, LowRankStream(seed, name, rank), torch.device(device)
+    scratch = PhiloxScratch(device)
+    return (
+        _philox_normals(st.a, 0, m * rank, device, scratch).view(m, rank),
+        _philox_normals(st.b, 0, n * rank, device, scratch).view(n, rank),
+    )
+
+
+def _fill_lowrank(
+    out: torch.Tensor,
+    st: LowRankStream,
+    start: int,
+    shape: tuple[int, ...],
+    scratch: PhiloxScratch,
+) -> torch.Tensor:
+    """Elements [start, start + out.numel()) of the flattened perturbation of a tensor of
+    ``shape``: low rank for a matrix, the full-rank philox-v2 stream otherwise."""
+    if len(shape) != 2:
+        return _fill_philox(out, st.full, start, scratch)
+    n, r, count = shape[1], st.rank, out.numel()
+    row0 = start // n
+    rows = (start + count - 1) // n + 1 - row0
+    a = _philox_normals(st.a, row0 * r, rows * r, out.device, scratch).view(rows, r)
+    b = _philox_normals(st.b, 0, n * r, out.device, scratch).view(n, r)
+    block = torch.empty(rows, n, device=out.device)
+    term = torch.empty_like(block) if r > 1 else None
+    # sum_k A[i, k] * B[j, k], one rounded product and one rounded sum at a time (no fused
+    # multiply-add, no matmul): the same bits whatever the chunk, thread or vector width
+    torch.mul(a[:, :1], b[:, 0], out=block)
+    for k in range(1, r):
+        torch.mul(a[:, k : k + 1], b[:, k], out=term)
+        block.add_(term)
+    block.mul_(st.scale)
+    offset = start - row0 * n
+    return out.copy_(block.view(-1)[offset : offset + count])
+
+
+# ---------------------------------------------------------------------- every scheme
 def stream_state(seed: int, name: str, scheme: str = NOISE_SCHEME) -> Any:
     """What all chunks of one (seed, tensor) stream share: the blake2b state
-    (blockseed-v1) or the Philox key (philox-v2). Pass it to :func:`fill_noise`."""
+    (blockseed-v1), the Philox key (philox-v2) or a :class:`LowRankStream`. Pass it to
+    :func:`fill_noise`."""
     if check_scheme(scheme) == LEGACY_SCHEME:
         return stream_hasher(seed, name)
+    rank = lowrank_rank(scheme)
+    if rank is not None:
+        return LowRankStream(seed, name, rank)
     return philox_key(seed, name)
+
+
+def uses_philox(scheme: str) -> bool:
+    """Whether the scheme draws with Philox (and so wants a :class:`PhiloxScratch`)."""
+    return check_scheme(scheme) != LEGACY_SCHEME
 
 
 def fill_noise(
@@ -326,6 +433,7 @@ def fill_noise(
     scratch: PhiloxScratch | None = None,
     stream: Any = None,
     numel: int | None = None,
+    shape: tuple[int, ...] | None = None,
 ) -> torch.Tensor:
     """Write elements ``[start, start + out.numel())`` of the stream into the 1-D fp32 ``out``.
 
@@ -333,12 +441,21 @@ def fill_noise(
     only at the end of the tensor (the last block is shorter; a shorter draw is not a
     prefix of a longer one); pass the tensor's ``numel`` to have that checked.
     ``generator`` is reused if given. philox-v2: any ``start`` (the stream does not depend
-    on ``block``); ``scratch`` is reused if given. ``stream`` is :func:`stream_state`'s
-    result, to skip recomputing it per chunk.
+    on ``block``); ``scratch`` is reused if given. lowrank-v1-r<R>: as philox-v2, and the
+    tensor's ``shape`` is required (the flattened elements of a matrix of that shape).
+    ``stream`` is :func:`stream_state`'s result, to skip recomputing it per chunk.
     """
     if out.dtype != torch.float32 or out.dim() != 1:
         raise ValueError("out must be a 1-D float32 tensor")
-    if check_scheme(scheme) == PHILOX_SCHEME:
+    rank = lowrank_rank(check_scheme(scheme))
+    if rank is not None:
+        if shape is None:
+            raise ValueError(f"{scheme} noise needs the tensor's shape")
+        if start < 0 or start + out.numel() > math.prod(shape):
+            raise ValueError(f"elements [{start}, {start + out.numel()}) outside shape {shape}")
+        st = stream if stream is not None else LowRankStream(seed, name, rank)
+        return _fill_lowrank(out, st, start, shape, scratch or PhiloxScratch(out.device))
+    if scheme == PHILOX_SCHEME:
         if start < 0:
             raise ValueError(f"start must be >= 0, got {start}")
         key = stream if stream is not None else philox_key(seed, name)
@@ -369,7 +486,10 @@ def tensor_noise(
     block: int = DEFAULT_BLOCK,
     device: torch.device | str = "cpu",
     scheme: str = NOISE_SCHEME,
+    shape: tuple[int, ...] | None = None,
 ) -> torch.Tensor:
-    """The whole stream of one tensor as a new 1-D fp32 tensor (for tests and small tensors)."""
+    """The whole stream of one tensor as a new 1-D fp32 tensor (for tests and small tensors);
+    low-rank schemes need the tensor's ``shape`` (default: a vector of ``numel``)."""
     out = torch.empty(numel, dtype=torch.float32, device=device)
-    return fill_noise(out, seed, name, 0, block=block, scheme=scheme, numel=numel)
+    shape = (numel,) if shape is None else tuple(shape)
+    return fill_noise(out, seed, name, 0, block=block, scheme=scheme, numel=numel, shape=shape)

@@ -25,12 +25,12 @@ import torch
 from runner.es.noise import (
     DEFAULT_BLOCK,
     NOISE_SCHEME,
-    PHILOX_SCHEME,
     PhiloxScratch,
     check_scheme,
     check_seed,
     fill_noise,
     stream_state,
+    uses_philox,
 )
 from runner.es.records import Result, UpdateRecord
 from runner.es.staleness import StalenessRule
@@ -102,7 +102,9 @@ class ESOptimizer:
             checkpoints; philox-v2 values do not depend on it).
         noise: the noise scheme, ``"blockseed-v1"`` (default: torch.randn per block, differs
             between CPU and CUDA) or ``"philox-v2"`` (counter-based, the same on any device
-            up to ulps of log/cos/sin; ~0.3x the speed on CPU). Recorded in checkpoints and
+            up to ulps of log/cos/sin; ~0.3x the speed on CPU) or ``"lowrank-v1-r<R>"``
+            (each matrix moves along rank-R factors drawn from the seed, as in EGGROLL;
+            device-independent as philox-v2). Recorded in checkpoints and
             in the records ``step`` makes; replaying a record of another scheme is an error.
         threads: CPU threads that process chunks in parallel (each has its own workspace).
         hash_base: hash the base weights now, so checkpoints can name them.
@@ -259,7 +261,7 @@ class ESOptimizer:
         """eps(seed) of parameter i, elements [start, end), in the thread's noise buffer."""
         device = self._masters[i].device
         noise = ws.get("noise", device, self.chunk_size)[: end - start]
-        philox = self.noise_scheme == PHILOX_SCHEME
+        philox = uses_philox(self.noise_scheme)
         fill_noise(
             noise,
             seed,
@@ -271,6 +273,7 @@ class ESOptimizer:
             scratch=ws.scratch(device, self.chunk_size) if philox else None,
             stream=stream,
             numel=self._params[i].numel(),
+            shape=tuple(self._shapes[i]),
         )
         return noise
 

@@ -3,10 +3,14 @@ against, without torch (the noise itself is :mod:`runner.es.noise`)."""
 
 from __future__ import annotations
 
+import re
+
 LEGACY_SCHEME = "blockseed-v1"  # what a checkpoint that records no scheme was made with
 PHILOX_SCHEME = "philox-v2"
 NOISE_SCHEMES = (LEGACY_SCHEME, PHILOX_SCHEME)
 NOISE_SCHEME = LEGACY_SCHEME  # the default for new optimizers
+# "lowrank-v1-r<R>": per matrix, rank-R factors from philox-v2 streams (runner/es/noise.py)
+LOWRANK_SCHEME = "lowrank-v1-r<R>"
 SEED_LIMIT = 2**63
 
 
@@ -25,8 +29,17 @@ def check_seed(seed: int) -> int:
     return seed
 
 
+def lowrank_rank(scheme: str) -> int | None:
+    """R of a low-rank scheme ``lowrank-v1-r<R>`` (R >= 1); None for any other name."""
+    found = re.fullmatch(r"lowrank-v1-r([1-9][0-9]*)", scheme) if isinstance(scheme, str) else None
+    return int(found.group(1)) if found else None
+
+
 def check_scheme(scheme: str) -> str:
     """Return ``scheme`` if it names a noise scheme, else raise ValueError listing them."""
-    if scheme not in NOISE_SCHEMES:
-        raise ValueError(f"noise must be one of {', '.join(NOISE_SCHEMES)}; got {scheme!r}")
+    if scheme not in NOISE_SCHEMES and lowrank_rank(scheme) is None:
+        raise ValueError(
+            f"noise must be one of {', '.join(NOISE_SCHEMES)}, {LOWRANK_SCHEME} (R >= 1); "
+            f"got {scheme!r}"
+        )
     return scheme

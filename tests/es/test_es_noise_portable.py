@@ -69,9 +69,10 @@ def ref_key(seed: int, name: str) -> tuple[int, int]:
     return k & M32, k >> 32
 
 
-def ref_stream(seed: int, name: str, start: int, count: int):
-    """(words, float32 uniforms, float64 normals) of elements [start, start + count)."""
-    key = ref_key(seed, name)
+def ref_stream(seed: int, name: str, start: int, count: int, key: tuple[int, int] | None = None):
+    """(words, float32 uniforms, float64 normals) of elements [start, start + count) of the
+    stream of (seed, name), or of the stream under ``key``."""
+    key = ref_key(seed, name) if key is None else key
     two_pi = np.float32(2 * math.pi)
     words, unis, normals = [], [], []
     cache: dict[int, list[int]] = {}

@@ -75,6 +75,9 @@ def test_wrong_types_and_values(tmp_path, tiny_model, run_cli):
     data["es"]["noise"] = "mersenne"
     line = one_error_line(run_cli("train", str(write(tmp_path, data))))
     assert "es.noise" in line and "philox-v2" in line
+    data["es"]["noise"] = "lowrank-v1-r0"  # a rank must be >= 1
+    line = one_error_line(run_cli("train", str(write(tmp_path, data))))
+    assert "es.noise" in line and "lowrank-v1-r<R>" in line
     data = base(tiny_model)
     data["es"]["reward"] = "partial"
     line = one_error_line(run_cli("train", str(write(tmp_path, data))))
