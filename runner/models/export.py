@@ -21,7 +21,7 @@ from typing import Any
 from runner.config import RunConfig, run_paths, validate_run
 from runner.errors import UserError
 from runner.es import UpdateRecord, read_checkpoint
-from staleness_sim.config import ConfigError, read_yaml
+from staleness_sim.core.settings import ConfigError, read_yaml
 
 EXPORT_FILE = "export.json"
 # Files of the base folder that describe the model rather than its weights: kept.
