@@ -13,7 +13,8 @@ its rate is given per seed (N x 4 x params / s).
 
 Noise schemes: the rate of filling a tensor chunk by chunk (as a pass does: one noise
 chunk, reused generator / Philox scratch, one intra-op thread) with blockseed-v1
-(torch.randn per block) and philox-v2 (counter-based, the same on every device), timed
+(torch.randn per block), philox-v2 (counter-based, the same on every device) and
+lowrank-v1-r4 (rank-4 factors of a matrix 4096 wide, drawn with philox-v2), timed
 alternately, as a ratio to the randn ceiling; on CPU, and on CUDA when one is available.
 ``--noise`` picks the scheme of the optimizer passes.
 
@@ -42,6 +43,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
 from runner.es import DEFAULT_BLOCK, DEFAULT_CHUNK, NOISE_SCHEMES, ESOptimizer  # noqa: E402
 from runner.es.noise import PhiloxScratch, fill_noise, stream_state  # noqa: E402
+from runner.es.schemes import check_scheme  # noqa: E402
+
+# the schemes the noise-rate table compares; low-rank noise fills a (numel / WIDTH, WIDTH)
+# matrix (its factors' rows per chunk, then R products and sums per element)
+SCHEMES = (*NOISE_SCHEMES, "lowrank-v1-r4")
+WIDTH = 4096
 
 
 class Blocks(torch.nn.Module):
@@ -177,11 +184,11 @@ def noise_rates(device: str, numel: int, chunk: int, repeats: int) -> dict[str, 
             for s in range(0, numel, chunk):
                 fill_noise(x[s : s + chunk], 1, "bench.weight", s, block=DEFAULT_BLOCK,
                            scheme=scheme, generator=gen, scratch=scratch, stream=stream,
-                           numel=numel)  # fmt: skip
+                           numel=numel, shape=(numel // WIDTH, WIDTH))  # fmt: skip
 
         return run
 
-    fns = {"randn": randn, **{scheme: by_chunks(scheme) for scheme in NOISE_SCHEMES}}
+    fns = {"randn": randn, **{scheme: by_chunks(scheme) for scheme in SCHEMES}}
     times: dict[str, list[float]] = {k: [] for k in fns}
     with one_thread():
         for _ in range(repeats + 1):
@@ -192,6 +199,13 @@ def noise_rates(device: str, numel: int, chunk: int, repeats: int) -> dict[str, 
                 sync(device)
                 times[k].append(time.perf_counter() - t0)
     return {k: 4 * numel / min(ts[1:]) / 1e9 for k, ts in times.items()}
+
+
+def _scheme(value: str) -> str:
+    try:
+        return check_scheme(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main() -> None:
@@ -205,8 +219,8 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=DEFAULT_CHUNK, help="chunk size in elements")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--cohorts", default="1,4,8", help="cohort sizes N for the update scaling")
-    ap.add_argument("--noise", default=NOISE_SCHEMES[0], choices=NOISE_SCHEMES,
-                    help="noise scheme of the optimizer passes")  # fmt: skip
+    ap.add_argument("--noise", default=NOISE_SCHEMES[0], type=_scheme,
+                    help="noise scheme of the optimizer passes (or lowrank-v1-r<R>)")  # fmt: skip
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
     dev = args.device
@@ -223,7 +237,7 @@ def main() -> None:
     # Peak memory first, on a fresh optimizer state (workspace not yet allocated). One small
     # draw first, so the RSS peak does not count the scheme's kernels' code pages (~7 MiB of
     # libtorch text the first philox-v2 draw faults in; randn's were by the ceilings).
-    fill_noise(torch.empty(4096, device=dev), 0, "warm-up", 0, scheme=args.noise)
+    fill_noise(torch.empty(4096, device=dev), 0, "warm-up", 0, scheme=args.noise, shape=(64, 64))
     ctx = opt.perturbed(1)
     peak_perturb = peak_extra_bytes(ctx.__enter__, dev)
     peak_restore = peak_extra_bytes(lambda: ctx.__exit__(None, None, None), dev)
@@ -325,7 +339,7 @@ def main() -> None:
         r = noise_rates(d, args.params, chunk, args.repeats)
         print(f"noise schemes on {d} ({args.params / 1e6:.1f}M elements in chunks of {chunk}, "
               f"one intra-op thread, timed alternately with randn {r['randn']:.3f} GB/s):")  # fmt: skip
-        for scheme in NOISE_SCHEMES:
+        for scheme in SCHEMES:
             print(f"  {scheme:<14} {r[scheme]:7.3f} GB/s  {r[scheme] / r['randn']:5.2f} x randn  "
                   f"{r[scheme] / r[NOISE_SCHEMES[0]]:5.2f} x {NOISE_SCHEMES[0]}")  # fmt: skip
 
