@@ -340,11 +340,36 @@ def model_training_tasks(model: Path) -> set[str]:
 
 def cmd_eval_model(args: argparse.Namespace) -> int:
     """``es-runner eval --model DIR --tasks TASK_DIR``: success per category and overall."""
-    from runner.evaluation import success_table
     from runner.rollouts import docker_client
-    from runner.task_pool import SPLITS, split_ids
     from runner.terminal import reaper
     from runner.terminal.images import ImageBuilder
+
+    split = _check_model_eval_args(args)
+    config = model_eval_config(args)
+    seeds = args.seeds or [42]
+    client = docker_client()
+    reaper.reap_orphans(client)
+    builder = ImageBuilder(client)
+    pool = prepare_pool(args.tasks, split, builder, args.max_tasks, show=not args.no_progress)
+    seen = model_training_tasks(args.model) & set(pool.by_id)
+    if seen:
+        print(
+            f"es-runner: warning: {len(seen)} of the {len(pool)} evaluated tasks are in the "
+            f"model's training data ({args.model / 'pretrain.json'})",
+            file=sys.stderr,
+        )
+    rows = _evaluate_weights(config, pool, [], 0, split, seeds, client, builder)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        rows.drop(columns=["version"]).assign(model=str(args.model)).to_parquet(args.out)
+    result = _model_eval_result(args, split, pool, seeds, rows, len(seen))
+    print(json.dumps(result) if args.json else _format_model_eval(result))
+    return 0
+
+
+def _check_model_eval_args(args: argparse.Namespace) -> str:
+    """The split to evaluate, once every argument of ``eval --model`` is checked (one line)."""
+    from runner.task_pool import SPLITS, split_ids
 
     if args.run_dir is not None:
         raise UserError("give either RUN_DIR or --model DIR --tasks TASK_DIR, not both")
@@ -371,26 +396,16 @@ def cmd_eval_model(args: argparse.Namespace) -> int:
             raise UserError(f"{name} must be >= 1, got {value}")
     if args.max_tasks is not None and args.max_tasks < 1:
         raise UserError(f"--max-tasks must be >= 1, got {args.max_tasks}")
-    config = model_eval_config(args)
-    seeds = args.seeds or [42]
-    client = docker_client()
-    reaper.reap_orphans(client)
-    builder = ImageBuilder(client)
-    pool = prepare_pool(args.tasks, split, builder, args.max_tasks, show=not args.no_progress)
-    seen = model_training_tasks(args.model) & set(pool.by_id)
-    if seen:
-        print(
-            f"es-runner: warning: {len(seen)} of the {len(pool)} evaluated tasks are in the "
-            f"model's training data ({args.model / 'pretrain.json'})",
-            file=sys.stderr,
-        )
-    rows = _evaluate_weights(config, pool, [], 0, split, seeds, client, builder)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        rows.drop(columns=["version"]).assign(model=str(args.model)).to_parquet(args.out)
+    return split
+
+
+def _model_eval_result(args, split, pool, seeds, rows, seen: int) -> dict:
+    """What ``eval --model`` reports (``--json`` prints it as it is)."""
+    from runner.evaluation import success_table
+
     table = success_table(rows)
     per_category = rows.groupby("category")["passed"].mean()
-    result = {
+    return {
         "model": str(args.model),
         "tasks": str(args.tasks),
         "split": split,
@@ -402,7 +417,7 @@ def cmd_eval_model(args: argparse.Namespace) -> int:
         "success": float(table["success"].mean()),
         "episodes": len(rows),
         "errors": int(rows["error"].notna().sum()),
-        "seen_in_training": len(seen),
+        "seen_in_training": seen,
         "settings": {
             "temperature": args.temperature,
             "top_p": args.top_p,
@@ -411,16 +426,17 @@ def cmd_eval_model(args: argparse.Namespace) -> int:
             "context_tokens": args.context_tokens,
         },
     }
-    if args.json:
-        print(json.dumps(result))
-    else:
-        width = max([len("category"), *map(len, result["per_category"])])
-        print(f"{'category':<{width}}  success")
-        for cat, value in result["per_category"].items():
-            print(f"{cat:<{width}}  {value:.3f}")
-        per_seed = ", ".join(f"{k}: {v:.3f}" for k, v in result["per_seed"].items())
-        print(f"per seed: {per_seed}")
-        print(
-            f"success {result['success']:.3f} over {len(pool)} {split} tasks x {len(seeds)} seed(s)"
-        )
-    return 0
+
+
+def _format_model_eval(result: dict) -> str:
+    """The table a person reads: success per category, per seed, and overall."""
+    width = max([len("category"), *map(len, result["per_category"])])
+    lines = [f"{'category':<{width}}  success"]
+    lines += [f"{cat:<{width}}  {value:.3f}" for cat, value in result["per_category"].items()]
+    per_seed = ", ".join(f"{k}: {v:.3f}" for k, v in result["per_seed"].items())
+    lines.append(f"per seed: {per_seed}")
+    lines.append(
+        f"success {result['success']:.3f} over {result['n_tasks']} {result['split']} tasks "
+        f"x {len(result['seeds'])} seed(s)"
+    )
+    return "\n".join(lines)

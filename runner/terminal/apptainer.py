@@ -73,6 +73,36 @@ def parse_definition(text: str, where: str) -> Definition:
     """Parse ``text``; ``where`` names the task in error messages."""
     if not text.strip():
         raise DefinitionError(f"{where}: container.def is empty")
+    header, sections = _split_sections(text, where)
+    bootstrap, from_image, source_from, notes = _base_image(header, where)
+    post_lines, post_first = sections.get("post", ([], 0))
+    env_lines, _ = sections.get("environment", ([], 0))
+    _check_post(post_lines, post_first, where)
+    test_lines, test_first = sections.get("test", ([], 0))
+    _check_post(test_lines, test_first, where)
+    labels = {}
+    for line in sections.get("labels", ([], 0))[0]:
+        parts = line.strip().split(None, 1)
+        if len(parts) == 2:
+            labels[parts[0]] = parts[1]
+    environment = [line.strip() for line in env_lines if line.strip()]
+    return Definition(
+        bootstrap=bootstrap,
+        from_image=from_image,
+        post=_dedent_outside_heredocs(post_lines),
+        post_first_line=post_first,
+        environment="\n".join(environment) + "\n" if environment else "",
+        labels=labels,
+        test=_dedent_outside_heredocs(test_lines),
+        source_from=source_from,
+        notes=notes,
+    )
+
+
+def _split_sections(
+    text: str, where: str
+) -> tuple[dict[str, tuple[str, int]], dict[str, tuple[list[str], int]]]:
+    """The header (key -> (value, line)) and the sections (name -> (lines, first line))."""
     header: dict[str, tuple[str, int]] = {}
     sections: dict[str, tuple[list[str], int]] = {}
     current: str | None = None
@@ -116,7 +146,11 @@ def parse_definition(text: str, where: str) -> Definition:
             docs = list(_HEREDOC.finditer(raw))
             if docs:
                 open_doc = docs[-1].group(3)
+    return header, sections
 
+
+def _base_image(header: dict[str, tuple[str, int]], where: str) -> tuple[str, str, str, list[str]]:
+    """(bootstrap, the Docker reference to build on, From: as written, notes) of a header."""
     bootstrap, bline = header.get("bootstrap", ("", 0))
     if not bootstrap:
         raise DefinitionError(f"{where}: container.def has no 'Bootstrap:' header")
@@ -144,30 +178,7 @@ def parse_definition(text: str, where: str) -> Definition:
         from_image = re.sub(r"^library://", "", from_image)
     elif bootstrap.lower() == "docker-daemon":
         from_image = re.sub(r"^docker-daemon:", "", from_image)
-
-    post_lines, post_first = sections.get("post", ([], 0))
-    env_lines, _ = sections.get("environment", ([], 0))
-    _check_post(post_lines, post_first, where)
-    test_lines, test_first = sections.get("test", ([], 0))
-    _check_post(test_lines, test_first, where)
-    labels = {}
-    for line in sections.get("labels", ([], 0))[0]:
-        parts = line.strip().split(None, 1)
-        if len(parts) == 2:
-            labels[parts[0]] = parts[1]
-    return Definition(
-        bootstrap=bootstrap.lower(),
-        from_image=from_image,
-        post=_dedent_outside_heredocs(post_lines),
-        post_first_line=post_first,
-        environment="\n".join(line.strip() for line in env_lines if line.strip()) + "\n"
-        if any(line.strip() for line in env_lines)
-        else "",
-        labels=labels,
-        test=_dedent_outside_heredocs(test_lines),
-        source_from=source_from,
-        notes=notes,
-    )
+    return bootstrap.lower(), from_image, source_from, notes
 
 
 def _check_post(lines: list[str], first_line: int, where: str) -> None:

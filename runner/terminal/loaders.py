@@ -237,32 +237,8 @@ def _check_compose(path: Path, where: str, main: str) -> str | None:
 
 def load_harbor(root: Path) -> Task:
     task_id = root.name
-    meta = {}
-    if (root / "task.toml").is_file():
-        try:
-            meta = tomllib.loads(_read(root, "task.toml"))
-        except tomllib.TOMLDecodeError as exc:
-            raise TaskLoadError(f"{root.name}: task.toml is not valid TOML ({exc})") from None
-    steps = meta.get("steps")
-    if steps or (root / "steps").is_dir():
-        count = len(steps) if isinstance(steps, list) else len(list((root / "steps").iterdir()))
-        raise UnsupportedTaskError(
-            f"{task_id}: multi-step task ([[steps]], {count} step(s)) is not supported; "
-            f"each step would need its own episode on one shared container"
-        )
-    verifier = meta.get("verifier", {}) or {}
-    agent = meta.get("agent", {}) or {}
-    env = meta.get("environment", {}) or {}
-    solution_cfg = meta.get("solution", {}) or {}
-    if not all(isinstance(t, dict) for t in (verifier, agent, env, solution_cfg)):
-        raise TaskLoadError(f"{task_id}: task.toml [verifier]/[agent]/[environment] must be tables")
-    if verifier.get("environment_mode") == "separate" or isinstance(
-        verifier.get("environment"), dict
-    ):
-        raise UnsupportedTaskError(
-            f"{task_id}: separate-verifier mode ([verifier] environment_mode = 'separate') "
-            f"is not supported; the verifier runs in the agent's container"
-        )
+    meta = _harbor_meta(root)
+    verifier, agent, env, solution_cfg = _harbor_tables(meta, task_id)
     notes = []
     for name in ("docker-compose.yaml", "docker-compose.yml"):
         if (root / "environment" / name).is_file():
@@ -278,35 +254,8 @@ def load_harbor(root: Path) -> Task:
             f"{task_id}: missing file(s): environment/Dockerfile (and task.toml sets no "
             f"[environment].docker_image)"
         )
-    limits = TaskLimits()
-    try:
-        limits.verifier_timeout_s = float(verifier.get("timeout_sec", limits.verifier_timeout_s))
-        limits.agent_timeout_s = float(agent.get("timeout_sec") or limits.agent_timeout_s)
-        limits.build_timeout_s = float(env.get("build_timeout_sec", limits.build_timeout_s))
-        limits.cpus = float(env.get("cpus", limits.cpus))
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise TaskLoadError(f"{task_id}: bad value in task.toml: {exc}") from None
-    if "memory_mb" in env or "memory" in env:
-        limits.memory_mb = _size_mb(env.get("memory_mb", env.get("memory")), "memory", task_id)
-    if "storage_mb" in env or "storage" in env:
-        limits.storage_mb = _size_mb(env.get("storage_mb", env.get("storage")), "storage", task_id)
-    image_user, image_workdir = dockerfile_user_and_workdir(dockerfile or "")
-    default_user = image_user or "root"
-    agent_user = str(agent["user"]) if agent.get("user") not in (None, "") else default_user
-    verifier_user = (
-        str(verifier["user"]) if verifier.get("user") not in (None, "") else default_user
-    )
-    workdir = str(env.get("workdir") or image_workdir or "/")
-    for name, value in (("user", agent_user), ("workdir", workdir)):
-        if "$" in value:
-            raise UnsupportedTaskError(
-                f"{task_id}: the agent's {name} {value!r} depends on a build variable"
-            )
-    allow = env.get("allow_internet", True)
-    if env.get("network_mode") == "no-network":
-        allow = False
-    if verifier.get("network_mode") in ("public", "no-network", "allowlist"):
-        allow = verifier["network_mode"] != "no-network"
+    limits = _harbor_limits(verifier, agent, env, task_id)
+    agent_user, verifier_user, workdir = _harbor_users(dockerfile, verifier, agent, env, task_id)
     solution = root / "solution" / "solve.sh"
     metadata = meta.get("metadata", {}) if isinstance(meta.get("metadata"), dict) else {}
     return Task(
@@ -332,11 +281,92 @@ def load_harbor(root: Path) -> Task:
         verifier_env=_resolve_env(verifier.get("env"), task_id, "[verifier.env]"),
         solution_env=_resolve_env(solution_cfg.get("env"), task_id, "[solution.env]"),
         verifier_user=verifier_user,
-        allow_internet=bool(allow),
+        allow_internet=_harbor_internet(verifier, env),
         test_script=root / "tests" / "test.sh",
         solution_dir=root / "solution" if solution.is_file() else None,
         notes=[n for n in notes if n],
     )
+
+
+def _harbor_meta(root: Path) -> dict:
+    """task.toml (empty without one); a multi-step task is refused."""
+    meta = {}
+    if (root / "task.toml").is_file():
+        try:
+            meta = tomllib.loads(_read(root, "task.toml"))
+        except tomllib.TOMLDecodeError as exc:
+            raise TaskLoadError(f"{root.name}: task.toml is not valid TOML ({exc})") from None
+    steps = meta.get("steps")
+    if steps or (root / "steps").is_dir():
+        count = len(steps) if isinstance(steps, list) else len(list((root / "steps").iterdir()))
+        raise UnsupportedTaskError(
+            f"{root.name}: multi-step task ([[steps]], {count} step(s)) is not supported; "
+            f"each step would need its own episode on one shared container"
+        )
+    return meta
+
+
+def _harbor_tables(meta: dict, task_id: str) -> tuple[dict, dict, dict, dict]:
+    """task.toml's [verifier], [agent], [environment] and [solution] tables."""
+    verifier = meta.get("verifier", {}) or {}
+    agent = meta.get("agent", {}) or {}
+    env = meta.get("environment", {}) or {}
+    solution_cfg = meta.get("solution", {}) or {}
+    if not all(isinstance(t, dict) for t in (verifier, agent, env, solution_cfg)):
+        raise TaskLoadError(f"{task_id}: task.toml [verifier]/[agent]/[environment] must be tables")
+    if verifier.get("environment_mode") == "separate" or isinstance(
+        verifier.get("environment"), dict
+    ):
+        raise UnsupportedTaskError(
+            f"{task_id}: separate-verifier mode ([verifier] environment_mode = 'separate') "
+            f"is not supported; the verifier runs in the agent's container"
+        )
+    return verifier, agent, env, solution_cfg
+
+
+def _harbor_limits(verifier: dict, agent: dict, env: dict, task_id: str) -> TaskLimits:
+    limits = TaskLimits()
+    try:
+        limits.verifier_timeout_s = float(verifier.get("timeout_sec", limits.verifier_timeout_s))
+        limits.agent_timeout_s = float(agent.get("timeout_sec") or limits.agent_timeout_s)
+        limits.build_timeout_s = float(env.get("build_timeout_sec", limits.build_timeout_s))
+        limits.cpus = float(env.get("cpus", limits.cpus))
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise TaskLoadError(f"{task_id}: bad value in task.toml: {exc}") from None
+    if "memory_mb" in env or "memory" in env:
+        limits.memory_mb = _size_mb(env.get("memory_mb", env.get("memory")), "memory", task_id)
+    if "storage_mb" in env or "storage" in env:
+        limits.storage_mb = _size_mb(env.get("storage_mb", env.get("storage")), "storage", task_id)
+    return limits
+
+
+def _harbor_users(
+    dockerfile: str | None, verifier: dict, agent: dict, env: dict, task_id: str
+) -> tuple[str, str, str]:
+    """(agent's user, verifier's user, working directory): task.toml's, else the image's."""
+    image_user, image_workdir = dockerfile_user_and_workdir(dockerfile or "")
+    default_user = image_user or "root"
+    agent_user = str(agent["user"]) if agent.get("user") not in (None, "") else default_user
+    verifier_user = (
+        str(verifier["user"]) if verifier.get("user") not in (None, "") else default_user
+    )
+    workdir = str(env.get("workdir") or image_workdir or "/")
+    for name, value in (("user", agent_user), ("workdir", workdir)):
+        if "$" in value:
+            raise UnsupportedTaskError(
+                f"{task_id}: the agent's {name} {value!r} depends on a build variable"
+            )
+    return agent_user, verifier_user, workdir
+
+
+def _harbor_internet(verifier: dict, env: dict) -> bool:
+    """Whether the verifier may have the network (the agent never has it)."""
+    allow = env.get("allow_internet", True)
+    if env.get("network_mode") == "no-network":
+        allow = False
+    if verifier.get("network_mode") in ("public", "no-network", "allowlist"):
+        allow = verifier["network_mode"] != "no-network"
+    return bool(allow)
 
 
 def load_terminal_bench(root: Path) -> Task:

@@ -70,6 +70,13 @@ class ShellDied(Exception):
     pass
 
 
+def _restarted_note(timeout: float) -> str:
+    return (
+        f"[command timed out after {timeout:g} s; the shell had to be restarted, so "
+        f"the working directory, variables and background jobs were reset]"
+    )
+
+
 class _Shell:
     """A bash process inside the container, attached through a docker exec socket."""
 
@@ -351,58 +358,9 @@ class Sandbox:
                 f"{killed} leftover process(es) were killed before this command]"
             )
         self._drain()
-        self._cmd_counter += 1
-        cid = self._cmd_counter
-        # bash's read drops NUL bytes without counting them, which would desynchronise
-        # the byte count below; a shell command cannot contain NUL anyway.
-        data = command.replace("\x00", "").encode()
-        sentinel = f"__ES_DONE_{self.shell.nonce}_{cid}"
-        wrapper = (
-            f"LC_ALL=C IFS= read -r -d '' -N {len(data)} __es_cmd; "
-            f'eval "$__es_cmd" </dev/null 2>&1; __es_rc=$?; '
-            f"printf '\\n%s %d\\n' {sentinel} \"$__es_rc\"\n"
-        ).encode()
         start_ticks = procs.now_ticks()
         collector = OutputCollector(self.config.output_limit)
-        pattern = re.compile(b"\n" + sentinel.encode() + rb" (\d+)\n")
-        timed_out = False
-        try:
-            self.shell.send(wrapper + data)
-            rc = self._collect(pattern, collector, time.monotonic() + timeout)
-            restarted = False
-            if rc is None:  # timeout: interrupt the command, then escalate
-                timed_out = True
-                self._kill_since(start_ticks)
-                rc = self._collect(pattern, collector, time.monotonic() + self.config.kill_grace_s)
-                if rc is None:
-                    self._kill_since(self._session_ticks)
-                    rc = self._collect(
-                        pattern, collector, time.monotonic() + self.config.kill_grace_s
-                    )
-                if rc is None:
-                    self._restart_shell()
-                    restarted = True
-                    notes.append(
-                        f"[command timed out after {timeout:g} s; the shell had to be restarted, so "
-                        f"the working directory, variables and background jobs were reset]"
-                    )
-                else:
-                    notes.append(f"[command timed out after {timeout:g} s and was interrupted]")
-                rc = TIMEOUT_EXIT_CODE
-        except ShellDied:
-            code = self.shell.exit_code()
-            rc = code if code is not None else 1
-            restarted = True
-            self._restart_shell()
-            if timed_out:
-                rc = TIMEOUT_EXIT_CODE
-                notes.append(
-                    f"[command timed out after {timeout:g} s; the shell had to be restarted, so "
-                    f"the working directory, variables and background jobs were reset]"
-                )
-            else:
-                timed_out = False
-                notes.append(f"[the shell exited; a new shell was started in {self.workdir}]")
+        rc, timed_out, restarted = self._execute(command, timeout, collector, start_ticks, notes)
         if not timed_out and self._pids_alarm():
             killed = self._kill_since(start_ticks)
             notes.append(
@@ -422,6 +380,71 @@ class Sandbox:
             duration_s=time.perf_counter() - t0,
             notes=notes,
         )
+
+    def _send(self, command: str) -> re.Pattern[bytes]:
+        """Send ``command`` to the shell behind its byte count; returns its sentinel's pattern."""
+        assert self.shell is not None
+        self._cmd_counter += 1
+        # bash's read drops NUL bytes without counting them, which would desynchronise
+        # the byte count below; a shell command cannot contain NUL anyway.
+        data = command.replace("\x00", "").encode()
+        sentinel = f"__ES_DONE_{self.shell.nonce}_{self._cmd_counter}"
+        wrapper = (
+            f"LC_ALL=C IFS= read -r -d '' -N {len(data)} __es_cmd; "
+            f'eval "$__es_cmd" </dev/null 2>&1; __es_rc=$?; '
+            f"printf '\\n%s %d\\n' {sentinel} \"$__es_rc\"\n"
+        ).encode()
+        self.shell.send(wrapper + data)
+        return re.compile(b"\n" + sentinel.encode() + rb" (\d+)\n")
+
+    def _execute(
+        self,
+        command: str,
+        timeout: float,
+        collector: OutputCollector,
+        start_ticks: int,
+        notes: list[str],
+    ) -> tuple[int, bool, bool]:
+        """(exit code, timed out?, shell restarted?); the output goes to ``collector``."""
+        assert self.shell is not None
+        timed_out = False
+        try:
+            pattern = self._send(command)
+            rc = self._collect(pattern, collector, time.monotonic() + timeout)
+            if rc is not None:
+                return rc, False, False
+            timed_out = True
+            return self._interrupt(pattern, collector, start_ticks, timeout, notes)
+        except ShellDied:
+            code = self.shell.exit_code()
+            self._restart_shell()
+            if timed_out:
+                notes.append(_restarted_note(timeout))
+                return TIMEOUT_EXIT_CODE, True, True
+            notes.append(f"[the shell exited; a new shell was started in {self.workdir}]")
+            return (code if code is not None else 1), False, True
+
+    def _interrupt(
+        self,
+        pattern: re.Pattern[bytes],
+        collector: OutputCollector,
+        start_ticks: int,
+        timeout: float,
+        notes: list[str],
+    ) -> tuple[int, bool, bool]:
+        """A command past its timeout: kill what it started, then everything since the
+        session began, then the shell itself (a builtin loop), until the shell answers."""
+        self._kill_since(start_ticks)
+        rc = self._collect(pattern, collector, time.monotonic() + self.config.kill_grace_s)
+        if rc is None:
+            self._kill_since(self._session_ticks)
+            rc = self._collect(pattern, collector, time.monotonic() + self.config.kill_grace_s)
+        if rc is None:
+            self._restart_shell()
+            notes.append(_restarted_note(timeout))
+            return TIMEOUT_EXIT_CODE, True, True
+        notes.append(f"[command timed out after {timeout:g} s and was interrupted]")
+        return TIMEOUT_EXIT_CODE, True, False
 
     def _collect(
         self, pattern: re.Pattern[bytes], collector: OutputCollector, deadline: float
