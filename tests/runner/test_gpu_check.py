@@ -71,3 +71,26 @@ def test_gpu_check_small_runs_on_cpu_and_prints_one_table(tmp_path):
     )
     assert results["vllm.status"] == "skipped"
     assert results["hf.tokens_per_s.32"] > 0 and results["model.parameters"] > 10_000
+
+
+def test_compare_measures_ulps_of_the_dtype_at_each_magnitude():
+    """What the H200 run showed: bf16 weights whose float32 values differ by a few float32
+    ulps across devices round, rarely, to neighbouring bf16 numbers. That is one bf16 ulp at
+    the element's magnitude (2**-8 just below 1.0, 2**-13 just below 2**-5), within the
+    documented tolerance; a two-ulp gap is beyond it, and so is a gap over the bound."""
+    import torch
+
+    sys.path.insert(0, str(REPO))
+    from benchmarks.gpu_check import compare
+
+    bf16 = torch.bfloat16
+    ref = {"w": torch.tensor([1 - 2**-8, 2**-5 - 2**-13, 0.25], dtype=bf16)}
+    one = {"w": torch.tensor([1.0, 2**-5, 0.25], dtype=bf16)}  # one ulp up, both
+    diff = compare(one, ref, bound=1e-9)
+    assert diff["elements_differing"] == 2 and diff["beyond"] == 0
+    assert diff["max_ulps"] == 0.5  # 2**-8 against the spacing at 1.0, 2**-7
+    assert diff["max_abs"] == 2**-8
+    two = {"w": torch.tensor([1 - 2**-8, 2**-5 - 2**-13, 0.25 + 2**-8], dtype=bf16)}
+    diff = compare(two, ref, bound=1e-9)  # 0.25 + 2 ulps (the spacing there is 2**-9)
+    assert diff["beyond"] == 1 and diff["max_ulps"] == 2.0
+    assert compare(two, ref, bound=2**-8)["beyond"] == 0  # within an absolute bound
