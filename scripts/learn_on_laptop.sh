@@ -15,7 +15,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work="${1:-runs/learn}"
-model="$work/pretrained"
+# The warm start: the committed one (examples/warm_start, which the example runs name), or
+# MODEL=DIR to pretrain (or reuse) another.
+model="${MODEL:-examples/warm_start}"
 seeds=(${EVAL_SEEDS:-1 2 3})
 mkdir -p "$work"
 
@@ -24,6 +26,17 @@ if [ ! -f "$model/pretrain.json" ]; then
   rm -rf "$model"
   # shellcheck disable=SC2086
   es-runner model pretrain "$model" ${PRETRAIN_ARGS:-}
+fi
+if [ ! -f "$model/tasks/manifest.json" ]; then
+  # The generated tasks are not committed (70 MB): the same seed writes the same tasks.
+  read -r n seed cats < <(python - "$model/pretrain.json" <<'PY'
+import json, sys
+g = json.load(open(sys.argv[1]))["data"]["generated"]
+print(g["n"], g["seed"], ",".join(g["categories"] or []))
+PY
+)
+  echo "== tasks ($n, seed $seed) -> $model/tasks"
+  es-runner tasks generate --n "$n" --seed "$seed" --out "$model/tasks" ${cats:+--categories "$cats"}
 fi
 
 if [ ! -f "$work/eval_pretrained.json" ]; then

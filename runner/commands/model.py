@@ -11,6 +11,11 @@ from pathlib import Path
 from runner.errors import UserError
 
 
+# The committed warm start (examples/runs/learn and cpu_learn.yaml name it), relative to the
+# repository root.
+WARM_START = Path("examples/warm_start")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     model = sub.add_parser("model", help="models for the runner")
     msub = model.add_subparsers(dest="model_command", required=True)
@@ -41,7 +46,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "OUT/tasks unless --task-dir is given. Evaluate with 'es-runner eval --model OUT "
         "--tasks OUT/tasks --split test'.",
     )
-    pre.add_argument("out", type=Path, help="output folder (new or empty)")
+    pre.add_argument(
+        "out",
+        type=Path,
+        nargs="?",
+        default=WARM_START,
+        help=f"output folder, new or empty (default {WARM_START}: where the example runs and "
+        "configs/runner/cpu_learn.yaml expect the warm start, from the repository root)",
+    )
     pre.add_argument(
         "--tasks", type=int, default=DEFAULT_TASKS, help="tasks to generate (80%% are trained on)"
     )

@@ -1,0 +1,56 @@
+"""The committed warm start: where `model pretrain` writes it, that it rebuilds bit for bit,
+and that every example run's checkpoint replays from it."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import yaml
+from conftest import REPO
+
+from runner.cli import build_parser
+
+WARM = REPO / "examples" / "warm_start"
+LEARN = sorted((REPO / "examples" / "runs" / "learn").glob("es_*"))
+
+
+def test_pretrain_writes_where_the_examples_and_cpu_learn_expect_it():
+    args = build_parser().parse_args(["model", "pretrain"])
+    assert (REPO / args.out).resolve() == WARM
+    learn = yaml.safe_load((REPO / "configs/runner/cpu_learn.yaml").read_text())
+    named = {learn["model"]["path"]} | {
+        yaml.safe_load((run / "config.yaml").read_text())["model"]["path"] for run in LEARN
+    }
+    assert named == {"examples/warm_start"}
+
+
+def test_a_pretrain_rebuilds_bit_for_bit(tmp_path):
+    from runner.models.pretrain import PretrainConfig, pretrain_model
+
+    cfg = PretrainConfig(steps=3, batch_size=4, vocab_size=320, hidden_size=32, num_layers=1,
+                         num_heads=1, num_kv_heads=1, intermediate_size=64, context_tokens=640,
+                         max_new_tokens=96)  # fmt: skip
+    digests = []
+    for name in ("a", "b"):
+        pretrain_model(tmp_path / name, cfg, n_tasks=20, categories=["find_files"])
+        digests.append([
+            hashlib.sha256((tmp_path / name / f).read_bytes()).hexdigest()
+            for f in ("model.safetensors", "tokenizer.json")
+        ])  # fmt: skip
+    assert digests[0] == digests[1]
+
+
+@pytest.mark.skipif(
+    not (WARM / "model.safetensors").is_file(), reason="the warm start is not committed"
+)
+def test_every_example_checkpoint_replays_from_the_committed_warm_start():
+    from runner.backends.hf import load_model
+    from runner.es import load_checkpoint, read_checkpoint
+
+    for run in LEARN:
+        doc = read_checkpoint(run / "checkpoint")
+        model, _ = load_model(WARM)
+        opt = load_checkpoint(model, run / "checkpoint")  # refuses another base's hash
+        assert opt.base_hash == doc["base"]["sha256"] and opt.version == doc["version"] == 10
+        opt.close()
