@@ -419,21 +419,30 @@ def load_train_tasks(task_dir: Path) -> tuple[list[Task], list[str]]:
     return tasks, skipped
 
 
-def pretrain_model(
-    out: str | os.PathLike[str],
-    cfg: PretrainConfig,
-    *,
-    task_dir: str | os.PathLike[str] | None = None,
-    n_tasks: int = 700,
-    task_seed: int = 0,
-    categories: Sequence[str] | None = None,
-    observations: str = "record",
-    show_progress: bool = False,
-) -> dict[str, Any]:
-    """Generate (or read) tasks, warm-start a model on the train split, save it into ``out``.
+@dataclass
+class TrainingData:
+    """The conversations a warm start learns from, and where they came from."""
 
-    Returns what ``pretrain.json`` holds; its ``result`` entry is the one-line summary.
-    """
+    folder: Path  # the task folder whose train split was read
+    generated: dict[str, Any] | None  # how it was generated (None: given)
+    tasks: list[Task]
+    conversations: list[list[Message]]
+    skipped: list[str]  # task ids left out, with the reason
+    observations: str  # record | sandbox
+
+
+def training_data(
+    out: Path,
+    *,
+    task_dir: str | os.PathLike[str] | None,
+    n_tasks: int,
+    task_seed: int,
+    categories: Sequence[str] | None,
+    observations: str,
+    show_progress: bool,
+) -> TrainingData:
+    """Generate the tasks into ``out/tasks`` (or read ``task_dir``) and make one
+    demonstration per train task, with recorded or sandboxed observations."""
     import sys
 
     from tqdm import tqdm
@@ -441,9 +450,6 @@ def pretrain_model(
     from runner.errors import UserError
     from runner.terminal.generator.writer import write_tasks
 
-    t_start = time.perf_counter()
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     if task_dir is None:
         folder = out / "tasks"
         write_tasks(folder, n_tasks, task_seed, list(categories) if categories else None)
@@ -472,19 +478,18 @@ def pretrain_model(
         raise UserError(
             f"{folder}: no train task with a reference solution ({len(skipped)} skipped)"
         )
+    return TrainingData(folder, generated, tasks, conversations, skipped, observations)
 
-    tokenizer = train_tokenizer(tokenizer_corpus(conversations), cfg.vocab_size)
-    examples = [
-        e
-        for c in conversations
-        for e in conversation_examples(tokenizer, c, cfg.context_tokens, cfg.max_new_tokens)
-    ]
-    longest = max(len(e.ids) for e in examples)
-    if longest > cfg.context_tokens:
-        raise UserError(f"a conversation needs {longest} tokens: raise --context")
-    model = build_model(tokenizer, cfg)
-    params = sum(p.numel() for p in model.parameters())
-    with tqdm(total=cfg.steps, desc="pretrain", unit="step", disable=not show_progress,
+
+def train_with_progress(
+    model: Any, examples: Sequence[Example], cfg: PretrainConfig, pad: int, show: bool
+) -> list[dict[str, float]]:
+    """:func:`train` behind a progress bar (the last step's loss beside it)."""
+    import sys
+
+    from tqdm import tqdm
+
+    with tqdm(total=cfg.steps, desc="pretrain", unit="step", disable=not show,
               dynamic_ncols=True, file=sys.stderr,
               mininterval=0.5 if sys.stderr.isatty() else 10.0) as bar:  # fmt: skip
 
@@ -492,41 +497,95 @@ def pretrain_model(
             bar.update()
             bar.set_postfix_str(f"loss {loss:.3f}", refresh=False)
 
-        rows = train(model, examples, cfg, tokenizer.pad_token_id, on_step=on_step)
-    train_s = rows[-1]["seconds"] if rows else 0.0
+        return train(model, examples, cfg, pad, on_step=on_step)
+
+
+def pretrain_model(
+    out: str | os.PathLike[str],
+    cfg: PretrainConfig,
+    *,
+    task_dir: str | os.PathLike[str] | None = None,
+    n_tasks: int = 700,
+    task_seed: int = 0,
+    categories: Sequence[str] | None = None,
+    observations: str = "record",
+    show_progress: bool = False,
+) -> dict[str, Any]:
+    """Generate (or read) tasks, warm-start a model on the train split, save it into ``out``.
+
+    Returns what ``pretrain.json`` holds; its ``result`` entry is the one-line summary.
+    """
+    from runner.errors import UserError
+
+    t_start = time.perf_counter()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = training_data(
+        out, task_dir=task_dir, n_tasks=n_tasks, task_seed=task_seed, categories=categories,
+        observations=observations, show_progress=show_progress,
+    )  # fmt: skip
+    tokenizer = train_tokenizer(tokenizer_corpus(data.conversations), cfg.vocab_size)
+    examples = [
+        e
+        for c in data.conversations
+        for e in conversation_examples(tokenizer, c, cfg.context_tokens, cfg.max_new_tokens)
+    ]
+    longest = max(len(e.ids) for e in examples)
+    if longest > cfg.context_tokens:
+        raise UserError(f"a conversation needs {longest} tokens: raise --context")
+    model = build_model(tokenizer, cfg)
+    rows = train_with_progress(model, examples, cfg, tokenizer.pad_token_id, show_progress)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     if rows:
         save_loss_curve(rows, out)
+    summary = pretrain_summary(out, cfg, data, examples, model, tokenizer, rows, longest)
+    summary["result"]["seconds"] = round(time.perf_counter() - t_start, 1)
+    write_json(out / "pretrain.json", summary)
+    return summary
+
+
+def pretrain_summary(
+    out: Path,
+    cfg: PretrainConfig,
+    data: TrainingData,
+    examples: Sequence[Example],
+    model: Any,
+    tokenizer: Any,
+    rows: Sequence[dict[str, float]],
+    longest: int,
+) -> dict[str, Any]:
+    """What ``pretrain.json`` holds (its ``result``: the one-line summary)."""
+    params = sum(p.numel() for p in model.parameters())
     tail = [r["loss"] for r in rows[-max(1, len(rows) // 10) :]]
     result = {
         "dir": str(out),
-        "tasks": str(folder),
-        "train_tasks": len(tasks),
+        "tasks": str(data.folder),
+        "train_tasks": len(data.tasks),
         "parameters": params,
         "vocab": len(tokenizer),
         "steps": cfg.steps,
         "first_loss": rows[0]["loss"] if rows else None,
         "last_loss": rows[-1]["loss"] if rows else None,
         "last_loss_mean": sum(tail) / len(tail) if tail else None,
-        "train_s": round(train_s, 1),
-        "seconds": round(time.perf_counter() - t_start, 1),
+        "train_s": round(rows[-1]["seconds"] if rows else 0.0, 1),
+        "seconds": None,  # the whole command's, set by the caller
     }
-    summary = {
+    return {
         "result": result,
         "config": config_dict(cfg),
         "data": {
-            "task_dir": str(folder),
-            "generated": generated,
+            "task_dir": str(data.folder),
+            "generated": data.generated,
             "split": "train",
-            "observations": observations,
-            "conversations": len(conversations),
+            "observations": data.observations,
+            "conversations": len(data.conversations),
             "examples": len(examples),
             "tokens": sum(len(e.ids) for e in examples),
             "assistant_tokens": sum(sum(e.mask) for e in examples),
             "longest_example": longest,
-            "skipped": skipped,
-            "train_task_ids": sorted(t.task_id for t in tasks),
+            "skipped": data.skipped,
+            "train_task_ids": sorted(t.task_id for t in data.tasks),
         },
         "model": {
             "architecture": type(model).__name__,
@@ -540,5 +599,3 @@ def pretrain_model(
         },
         "tokenizer": {"kind": "byte-level BPE", "pre_tokens": PRE_TOKENS, "vocab": len(tokenizer)},
     }
-    write_json(out / "pretrain.json", summary)
-    return summary
