@@ -27,6 +27,7 @@ import docker
 import docker.errors
 
 from runner.terminal import dockerfile as dockerfile_mod
+from runner.terminal import reaper
 from runner.terminal.errors import ImageBuildError
 from runner.terminal.installs import FAIL_MARKER, NOTE_PREFIX, plan_installs
 from runner.terminal.output import strip_ansi
@@ -537,13 +538,21 @@ _NOTES_CACHE: dict[str, list[str]] = {}
 
 
 def _stored_notes(image: docker.models.images.Image) -> list[str]:
-    """Notes a cached image's build wrote to /.es/build-notes (read once per process)."""
+    """Notes a cached image's build wrote to /.es/build-notes (read once per process).
+
+    Reading a file of an image takes a container (created, never started); it carries the
+    owner label and is registered, so a SIGKILL between create and remove leaves it to the
+    next start-up's reaper rather than behind forever.
+    """
     if image.id in _NOTES_CACHE:
         return _NOTES_CACHE[image.id]
     notes: list[str] = []
     if image.labels.get("es-runner.native") == "1":
         try:
-            container = image.client.containers.create(image.id, ["true"])
+            container = image.client.containers.create(
+                image.id, ["true"], labels=reaper.owned_labels(), network_disabled=True
+            )
+            reaper.register(container)
             try:
                 stream, _ = container.get_archive("/.es/build-notes")
                 data = b"".join(stream)
@@ -553,7 +562,8 @@ def _stored_notes(image: docker.models.images.Image) -> list[str]:
                     if f is not None:
                         notes = [ln for ln in f.read().decode().splitlines() if ln.strip()]
             finally:
-                container.remove(force=True)
+                reaper.force_remove(image.client.api, container.id)
+                reaper.unregister(container.id)
         except docker.errors.APIError:
             pass
     _NOTES_CACHE[image.id] = notes

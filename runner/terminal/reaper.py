@@ -1,9 +1,11 @@
 """Labels that mark our containers, and removal of containers whose owner died.
 
-Every sandbox container carries ``es-runner.sandbox=1`` and an owner label naming host,
-boot id, pid and that pid's start time. At start-up a process removes containers whose
-owner is provably dead (same host, and another boot or no such process); containers of
-live processes and of other hosts are never touched. Live containers are also tracked
+Every container the project creates carries an owner label naming host, boot id, pid and
+that pid's start time (:func:`owned_labels`); sandboxes also carry ``es-runner.sandbox=1``.
+At start-up a process removes every container of ours whose owner is provably dead (same
+host, and another boot or no such process), whatever created it: a sandbox, or the
+short-lived container that reads a cached image's build notes. Containers of live
+processes and of other hosts are never touched. Live containers are also tracked
 in-process so exceptions, Ctrl-C and ``atexit`` remove them.
 """
 
@@ -69,18 +71,29 @@ def owner_is_dead(label: str) -> bool:
     return _start_time(pid) != owner.get("start")
 
 
+def owned_labels() -> dict[str, str]:
+    """The labels every container this process creates must carry, so that the reaper
+    removes it when the process dies before its own ``finally`` does (a SIGKILL)."""
+    return {LABEL_OWNER: owner_label()}
+
+
 def sandbox_labels(task_id: str) -> dict[str, str]:
-    return {LABEL_SANDBOX: "1", LABEL_OWNER: owner_label(), "es-runner.task": task_id[:200]}
+    return {LABEL_SANDBOX: "1", **owned_labels(), "es-runner.task": task_id[:200]}
 
 
-def _sandboxes(client: docker.DockerClient) -> list[dict[str, Any]]:
+def _listing(client: docker.DockerClient, label: str) -> list[dict[str, Any]]:
     # the low-level listing: one call, no per-container inspect, so a container that
     # another process removes meanwhile cannot make the listing fail
-    return client.api.containers(all=True, filters={"label": LABEL_SANDBOX})
+    return client.api.containers(all=True, filters={"label": label})
 
 
 def count_sandboxes(client: docker.DockerClient) -> int:
-    return len(_sandboxes(client))
+    return len(_listing(client, LABEL_SANDBOX))
+
+
+def count_ours(client: docker.DockerClient) -> int:
+    """Every container of ours (sandboxes and any other that carries the owner label)."""
+    return len(_listing(client, LABEL_OWNER))
 
 
 def gone_or_going(exc: docker.errors.APIError) -> bool:
@@ -105,19 +118,20 @@ def force_remove(api: docker.APIClient, container_id: str) -> bool:
 
 
 def remove_sandboxes(client: docker.DockerClient, owner_matches: Callable[[str], bool]) -> int:
-    """Force-remove the sandbox containers whose owner label matches; return how many."""
+    """Force-remove our containers (sandboxes or not) whose owner label matches; return how
+    many."""
     removed = 0
-    for info in _sandboxes(client):
+    for info in _listing(client, LABEL_OWNER):
         if owner_matches((info.get("Labels") or {}).get(LABEL_OWNER, "")):
             removed += force_remove(client.api, info["Id"])
     return removed
 
 
 def reap_orphans(client: docker.DockerClient) -> int:
-    """Remove sandbox containers whose owning process is dead; return how many."""
+    """Remove our containers whose owning process is dead; return how many."""
     removed = remove_sandboxes(client, owner_is_dead)
     if removed:
-        log.warning("removed %d sandbox container(s) left behind by dead processes", removed)
+        log.warning("removed %d container(s) left behind by dead processes", removed)
     return removed
 
 

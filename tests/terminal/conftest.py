@@ -59,12 +59,31 @@ def builder(docker_client):
 
 @pytest.fixture
 def no_leak(docker_client):
-    """Assert that the engine's count of our containers returns to its baseline."""
-    from runner.terminal.reaper import count_sandboxes
+    """Assert that the engine's count of our containers (every container that carries the
+    owner label, sandbox or not) returns to its baseline."""
+    from runner.terminal.reaper import count_ours
 
-    before = count_sandboxes(docker_client)
+    before = count_ours(docker_client)
     yield before
-    assert count_sandboxes(docker_client) == before, "a sandbox container was leaked"
+    assert count_ours(docker_client) == before, "a sandbox container was leaked"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_behind():
+    """At the end of the session no container this test process created remains (other
+    processes on the engine may hold theirs, so only this pid's owner label is counted)."""
+    yield
+    try:
+        import docker
+
+        from runner.terminal.reaper import LABEL_OWNER, owner_label
+
+        client = docker.from_env()
+        mine = owner_label()
+        left = client.api.containers(all=True, filters={"label": f"{LABEL_OWNER}={mine}"})
+    except Exception:  # noqa: BLE001 - no engine or SDK: nothing can have been created
+        return
+    assert not left, f"the tests left {len(left)} container(s) behind: {[c['Id'][:12] for c in left]}"
 
 
 FIXTURES = Path(__file__).parent / "fixtures"

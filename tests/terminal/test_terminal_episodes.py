@@ -192,12 +192,12 @@ def test_ctrl_c_during_run_episodes_leaves_no_container(docker_client, generated
         run_episodes(jobs, concurrency=2, config=EpisodeConfig(command_timeout_s=120))
     """)
     proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
-    from runner.terminal.reaper import count_sandboxes
+    from runner.terminal.reaper import count_ours
 
     deadline = time.monotonic() + 120
-    while count_sandboxes(docker_client) < no_leak + 2 and time.monotonic() < deadline:
+    while count_ours(docker_client) < no_leak + 2 and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert count_sandboxes(docker_client) == no_leak + 2
+    assert count_ours(docker_client) == no_leak + 2
     time.sleep(1.5)  # both episodes are now inside 'sleep 300'
     os.kill(proc.pid, signal.SIGINT)
     proc.wait(timeout=60)

@@ -17,7 +17,7 @@ pytest.importorskip("docker", reason="the docker SDK is not installed (pip insta
 from runner.terminal.images import ImageConfig
 from runner.terminal.reaper import (
     LABEL_SANDBOX,
-    count_sandboxes,
+    count_ours,
     force_remove,
     gone_or_going,
     reap_orphans,
@@ -140,12 +140,12 @@ def test_leftover_container_of_a_killed_parent_is_reaped(docker_client, no_leak)
         [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=os.getcwd()
     )
     assert proc.stdout.readline().strip() == "ready"
-    assert count_sandboxes(docker_client) == no_leak + 1
+    assert count_ours(docker_client) == no_leak + 1
     # A live owner's container is never reaped.
     assert reap_orphans(docker_client) == 0
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
-    assert count_sandboxes(docker_client) == no_leak + 1
+    assert count_ours(docker_client) == no_leak + 1
     assert reap_orphans(docker_client) == 1
 
 
@@ -178,7 +178,7 @@ def test_reaping_survives_containers_that_vanish_meanwhile(docker_client, no_lea
 
     assert any(c["Id"] == gone.id for c in listing)
     assert reap_orphans(Client()) == 0
-    assert count_sandboxes(docker_client) == no_leak
+    assert count_ours(docker_client) == no_leak
 
 
 def test_ctrl_c_removes_running_sandboxes(docker_client, no_leak):
@@ -199,7 +199,7 @@ def test_ctrl_c_removes_running_sandboxes(docker_client, no_leak):
     """)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
-    assert count_sandboxes(docker_client) == no_leak + 3
+    assert count_ours(docker_client) == no_leak + 3
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     assert proc.stdout.readline().strip() == "interrupted"
@@ -265,3 +265,53 @@ def test_a_removal_already_in_progress_is_not_a_failure(
             break
     assert 409 in statuses  # the in-progress answer was met, not only "gone" (404)
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def _notes_image(docker_client) -> str:
+    """A small image shaped like a native task's: labelled native, with build notes."""
+    import io
+
+    tag = "es-runner/test-notes:1"
+    dockerfile = f"FROM {BASE}\nRUN mkdir -p /.es && echo 'a note' > /.es/build-notes\n"
+    docker_client.images.build(
+        fileobj=io.BytesIO(dockerfile.encode()), tag=tag, labels={"es-runner.native": "1"}, rm=True
+    )
+    return tag
+
+
+def test_a_reader_of_build_notes_killed_midway_leaves_nothing_after_the_next_reap(
+    docker_client, no_leak
+):
+    """Issue 21: reading a cached image's notes creates a container that a SIGKILL between
+    create and remove left behind for good (no owner label, so no reaper looked at it)."""
+    from runner.terminal.images import _stored_notes
+    from runner.terminal.reaper import LABEL_OWNER, count_ours
+
+    tag = _notes_image(docker_client)
+    # In-process the notes are read and the container is gone again.
+    assert _stored_notes(docker_client.images.get(tag)) == ["a note"]
+    assert count_ours(docker_client) == no_leak
+    code = textwrap.dedent(f"""
+        import time, docker
+        from docker.models.containers import Container
+        from runner.terminal.images import _stored_notes
+
+        def stalled(self, path):  # the process is killed while the container exists
+            print("created " + self.id, flush=True)
+            time.sleep(600)
+
+        Container.get_archive = stalled
+        client = docker.from_env()
+        _stored_notes(client.images.get({tag!r}))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline().strip()
+    assert line.startswith("created "), line
+    cid = line.split()[1]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    # The finally never ran: the container is there, carrying its dead owner's label.
+    info = docker_client.api.inspect_container(cid)
+    assert LABEL_OWNER in info["Config"]["Labels"]
+    assert reap_orphans(docker_client) >= 1
+    assert not docker_client.api.containers(all=True, filters={"id": cid})
