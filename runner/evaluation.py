@@ -89,6 +89,30 @@ def success_table(rows: pd.DataFrame) -> pd.DataFrame:
     return per_seed.rename(columns={"passed": "success"})
 
 
+def success_gain(rows: pd.DataFrame, before: int, after: int) -> dict[str, float]:
+    """Held-out success of version ``after`` minus version ``before`` on the same tasks and
+    seeds, with its standard error: each task's difference averaged over the seeds, then
+    the standard error of the mean over tasks (sample std / sqrt(tasks)), so that a task's
+    seeds, which are not independent draws of the task set, count once."""
+    keys = ["split", "task", "seed"]
+    a = rows[rows["version"] == before].set_index(keys)["passed"].astype(float)
+    b = rows[rows["version"] == after].set_index(keys)["passed"].astype(float)
+    both = a.index.intersection(b.index)
+    if len(both) == 0:
+        raise ValueError(f"versions {before} and {after} share no (task, seed) evaluation")
+    per_task = (b[both] - a[both]).groupby(level=["split", "task"]).mean()
+    n = len(per_task)
+    se = float(per_task.std(ddof=1) / n**0.5) if n > 1 else float("nan")
+    gain = float(per_task.mean())
+    return {
+        "gain": gain,
+        "se": se,
+        "z": gain / se if se and se == se else float("nan"),
+        "tasks": n,
+        "episodes": len(both),
+    }
+
+
 class Evaluator:
     """Evaluates committed versions in the background, on its own copy of the weights."""
 

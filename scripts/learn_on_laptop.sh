@@ -11,7 +11,9 @@
 # config's), WARM_EVAL_TASKS (test tasks for the warm start's own evaluation, default 70:
 # 5 per category), EVAL_TASKS (test tasks per evaluation during ES, default: the config's),
 # EXPORT_TO (a folder: copy there the four runs' traces, evaluations and checkpoints, the
-# warm start's evaluation and the table; examples/runs/learn was made so).
+# warm start's evaluation and the table; examples/runs/learn was made so), SETS (extra
+# KEY=VALUE overrides for every ES run, space-separated, e.g. "es.reward=graded
+# es.noise=lowrank-v1-r4"), MODEL (the warm start's folder, default examples/warm_start).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work="${1:-runs/learn}"
@@ -69,6 +71,7 @@ for schedule in ${SCHEDULES:-sync bounded cd4 cd8}; do
         --set "model.path=$model" --set "tasks.dir=$model/tasks"
         --set "eval.seeds=[$(IFS=,; echo "${seeds[*]}")]")
   [ -n "${UPDATES:-}" ] && sets+=(--set "updates=$UPDATES")
+  for extra in ${SETS:-}; do sets+=(--set "$extra"); done
   [ -n "${EVAL_TASKS:-}" ] && sets+=(--set "eval.max_tasks=$EVAL_TASKS")
   if [ -f "$run/journal.jsonl" ]; then
     es-runner train --resume "$run" --no-progress
@@ -78,24 +81,30 @@ for schedule in ${SCHEDULES:-sync bounded cd4 cd8}; do
 done
 
 python - "$work" <<'EOF'
-"""One table: held-out success per schedule at version 0 and at the last version (mean and
-spread over the evaluation seeds; the runs' own evaluations, so the same tasks)."""
+"""One table: held-out success (the share of episodes that passed) per schedule at version
+0 and at the last version (mean and spread over the evaluation seeds; the runs' own
+evaluations, so the same tasks), and the gain with its standard error (per task, averaged
+over the seeds; runner.evaluation.success_gain)."""
 import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 
+from runner.evaluation import success_gain
+
 work = Path(sys.argv[1])
 rows = []
 for run in sorted(work.glob("es_*")):
-    per_seed = pd.read_parquet(run / "eval.parquet").groupby(["version", "seed"])["passed"]
-    per_seed = per_seed.mean().unstack()
+    evals = pd.read_parquet(run / "eval.parquet")
+    per_seed = evals.groupby(["version", "seed"])["passed"].mean().unstack()
     summary = json.loads((run / "summary.json").read_text())
     first, last = per_seed.index.min(), per_seed.index.max()
+    gain = success_gain(evals, int(first), int(last))
     rows.append({"schedule": run.name[3:], "success_v0": per_seed.loc[first].mean(),
                  "version": int(last), "success": per_seed.loc[last].mean(),
-                 "spread": per_seed.loc[last].std(ddof=0),
+                 "spread": per_seed.loc[last].std(ddof=0), "gain": gain["gain"],
+                 "gain_se": gain["se"], "tasks": gain["tasks"],
                  "stale_fraction": summary["stale_fraction"], "mean_lag": summary["mean_lag"],
                  "minutes": summary["wall_clock_s"] / 60})
 table = pd.DataFrame(rows)
