@@ -86,9 +86,11 @@ class VLLMEngineConfig(_Strict):
     """``model.vllm``: the engine of ``backend: vllm`` (runner/backends/vllm.py, docs/vllm.md)."""
 
     prefix_cache: Literal["off", "reset"] = "off"  # reset: on, reset at every weight change
-    gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
+    # GPU: default 0.5. CPU: unset, the KV cache is kv_cache_gb (default 1 GiB per engine)
+    gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    kv_cache_gb: Annotated[float, Field(gt=0.0)] | None = None
     max_num_seqs: PosInt = 256
-    enforce_eager: bool = False
+    enforce_eager: bool | None = None  # default: True on CPU, False on CUDA
     self_test: bool = True
     extra: dict[str, Any] = {}  # further AsyncEngineArgs fields
 
@@ -122,12 +124,6 @@ class ModelConfig(_Strict):
         ):
             raise ValueError("must be cpu, cuda or cuda:N")
         return value
-
-    @model_validator(mode="after")
-    def _vllm_on_gpu(self) -> ModelConfig:
-        if self.backend == "vllm" and not self.device.startswith("cuda"):
-            raise ValueError("backend vllm runs on a GPU: set model.device to cuda or cuda:N")
-        return self
 
 
 class SamplingConfig(_Strict):

@@ -31,6 +31,7 @@ from runner.backends.base import Generation, GenerationBackend, GenerationReques
 from runner.backends.context import fit_prompt
 from runner.backends.decoding import DecodeBatch, PrefixStore, Row
 from runner.backends.sampling import sample_rows
+from runner.backends.turns import TurnSettings
 from runner.es import ESOptimizer, UpdateRecord
 
 # from_pretrained patches global state while it builds a model (meta-device init), so two
@@ -100,22 +101,20 @@ class HFBackend(GenerationBackend):
         self.model, self.tokenizer = load_model(path, dtype, device)
         self.device = torch.device(device)
         self.es = ESOptimizer(self.model, **(es or {}))
-        self.temperature, self.top_p = temperature, top_p
-        self.max_new_tokens, self.context_tokens = max_new_tokens, context_tokens
-        if context_tokens <= max_new_tokens:
-            raise ValueError(
-                f"context_tokens ({context_tokens}) must exceed the tokens generated per turn "
-                f"({max_new_tokens})"
-            )
-        self.stop = tuple(s for s in stop if s)
+        self.turn = TurnSettings.build(
+            self.tokenizer,
+            self.model.generation_config.eos_token_id,
+            temperature=temperature,
+            top_p=top_p,
+            max_new_tokens=max_new_tokens,
+            context_tokens=context_tokens,
+            stop=stop,
+        )
         # Enough trailing tokens to hold any stop string even at one character per token.
-        self._stop_window = max((len(s) for s in self.stop), default=0) + 1
-        eos = self.model.generation_config.eos_token_id
-        eos = eos if isinstance(eos, list) else [eos]
-        self._eos = {int(e) for e in (*eos, self.tokenizer.eos_token_id) if e is not None}
+        self._stop_window = max((len(s) for s in self.turn.stop), default=0) + 1
         self._pad = self.tokenizer.pad_token_id
         if self._pad is None:
-            self._pad = next(iter(self._eos))
+            self._pad = next(iter(self.turn.eos))
         # transformers 5 renamed the cache argument of forward (past_key_values -> cache).
         params = inspect.signature(self.model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
@@ -169,9 +168,7 @@ class HFBackend(GenerationBackend):
         return row.future
 
     def _row(self, request: GenerationRequest) -> Row:
-        prompt, truncated = fit_prompt(
-            self.tokenizer, request.messages, self.context_tokens - self.max_new_tokens
-        )
+        prompt, truncated = fit_prompt(self.tokenizer, request.messages, self.turn.prompt_budget)
         generator = torch.Generator(device=self.device).manual_seed(request.seed % 2**63)
         return Row(list(prompt), truncated, generator)
 
@@ -190,17 +187,17 @@ class HFBackend(GenerationBackend):
     def _step(self, batch: DecodeBatch) -> list[Row]:
         """Sample one token per row; rows that are done leave; the others decode on."""
         tokens = sample_rows(
-            batch.logits, [r.generator for r in batch.rows], self.temperature, self.top_p
+            batch.logits, [r.generator for r in batch.rows], self.turn.temperature, self.turn.top_p
         ).tolist()
         done = []
         for row, tok in zip(batch.rows, tokens, strict=True):
-            if tok in self._eos:
+            if tok in self.turn.eos:
                 row.finish = "eos"
             else:
                 row.tokens.append(tok)
                 if self._hit_stop(row.tokens):
                     row.finish = "stop"
-                elif len(row.tokens) < self.max_new_tokens:
+                elif len(row.tokens) < self.turn.max_new_tokens:
                     continue
             done.append(row)
         if self.prefixes is not None:
@@ -332,11 +329,11 @@ class HFBackend(GenerationBackend):
         return out.logits[:, -1, :]
 
     def _hit_stop(self, tokens: list[int]) -> bool:
-        if not self.stop:
+        if not self.turn.stop:
             return False
         tail = self.tokenizer.decode(tokens[-self._stop_window :], skip_special_tokens=True)
-        return any(s in tail for s in self.stop)
+        return any(s in tail for s in self.turn.stop)
 
     def _cut_after_stop(self, text: str) -> str:
-        ends = [text.find(s) + len(s) for s in self.stop if s in text]
+        ends = [text.find(s) + len(s) for s in self.turn.stop if s in text]
         return text[: min(ends)] if ends else text

@@ -1,126 +1,119 @@
 """ES inside a vLLM engine: a worker extension whose named methods run next to the weights.
 
-vLLM mixes ``worker_extension_cls`` into its GPU worker class, and
+vLLM mixes ``worker_extension_cls`` into its worker class, and
 ``AsyncLLM.collective_rpc("es_perturb", args=(seed, 1))`` calls the method of that name in
-the worker process, between two scheduler steps. The methods here operate on the worker's
-model (``self.model_runner.get_model()`` or ``.model``) in place:
+the worker process, between two scheduler steps.
 
-* ``es_setup`` builds the name map (:mod:`runner.backends.vllm_names`) between the HF
-  parameters and the engine's fused / padded tensors, a module of HF-named *views* of
-  those rows, and the ES core's own :class:`~runner.es.ESOptimizer` on it: an fp32 master
-  per HF parameter (rows of the fused tensors; padding rows have none and are never
-  written), perturb ``cast(master + sign * sigma * eps)``, restore by re-casting from the
-  master (bit-exact, never a subtraction), fp32 updates, replay of an update log, and a
-  weights hash over the HF names in HF order (so it equals the ``hf`` backend's hash of
-  the same weights in the same dtype, and checkpoints name the same base weights).
-* ``es_checksum`` is a fast on-device checksum of every engine tensor (padding rows
-  included); ``es_self_test`` checks that a perturbation changes it and a restore returns
-  it exactly.
+**The weight path.** The ES core never writes into the engine's parameter tensors: after
+loading, vLLM is free to turn them into something else (on CPU every linear layer's weight
+is prepacked for oneDNN / its own GEMM kernels and the parameter replaced by an empty
+tensor; quantized, fused or compiled kernels do the like on GPUs). Instead the extension
+holds the policy in Hugging Face form, loaded from the checkpoint as the ``hf`` backend
+loads it (same names, order, dtype, hence the same weights hash), and runs the ES core's
+own :class:`~runner.es.ESOptimizer` on it: fp32 master, perturb
+``cast(master + sign * sigma * eps)``, bit-exact restore by re-casting from the master,
+fp32 updates, replay. After every change those HF-named tensors are handed to vLLM's own
+in-place reload (``Worker.reload_weights(weights_iterator, is_checkpoint_format=True)``,
+``vllm/model_executor/model_loader/reload/``): vLLM's weight loaders fuse, pad and tie them
+exactly as at start-up and re-run each layer's post-load processing (the CPU prepacking
+included), then copy the result into the kernel tensors' original storage (which keeps
+CUDA graphs valid). One path on CPU and GPU, whatever the engine does after loading.
 
-Nothing here imports vLLM, so the arithmetic is tested on CPU with a stand-in object whose
-``model_runner.model`` is a hand-fused module (``tests/runner/test_vllm_extension.py``).
+Cost: one pass over the weights per change (perturb, restore, update), on top of the ES
+arithmetic, plus one copy of the model in the engine's dtype (the HF form) next to the
+fp32 master (docs/vllm.md, "The weight path").
+
 Method and attribute names start with ``es_`` / ``_es_`` so they cannot collide with the
 worker's own (vLLM refuses an extension that shadows a worker attribute).
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
+import os
+import signal
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from runner.backends.vllm_names import (
-    PACKED_DEFAULT,
-    Piece,
-    build_name_map,
-    engine_tensors,
-    padding_rows,
-    view_module,
-)
 from runner.es import ESOptimizer, UpdateRecord
-
-_CHUNK = 1 << 24  # elements per checksum step
-
-
-def weights_checksum(tensors: Iterable[tuple[str, torch.Tensor]]) -> str:
-    """A fast checksum of tensors' bytes, computed on their device (exact integer sums).
-
-    Per tensor and chunk of 2**24 words: the sum of the words and their position-weighted
-    sum, in int64 (wrapping), fed with the name, dtype and shape into a sha256. Any change
-    of a single element changes the plain sum; moved elements change the weighted one.
-    Integer sums do not depend on the order of addition, so CPU and GPU agree.
-    """
-    h = hashlib.sha256()
-    weights: dict[torch.device, torch.Tensor] = {}
-    for name, t in tensors:
-        flat = t.detach().reshape(-1)
-        if type(flat) is not torch.Tensor:
-            flat = flat.as_subclass(torch.Tensor)
-        raw = flat.view(torch.uint8) if flat.numel() else flat.new_empty(0, dtype=torch.uint8)
-        width = 4 if raw.numel() % 4 == 0 else 2 if raw.numel() % 2 == 0 else 1
-        words = raw.view({4: torch.int32, 2: torch.int16, 1: torch.uint8}[width])
-        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}\n".encode())
-        w = weights.get(words.device)
-        if w is None:
-            w = weights[words.device] = torch.arange(
-                1, _CHUNK + 1, dtype=torch.int64, device=words.device
-            )
-        sums = []
-        for s in range(0, words.numel(), _CHUNK):
-            c = words[s : s + _CHUNK].to(torch.int64)
-            sums.append(torch.stack([c.sum(), (c * w[: c.numel()]).sum()]))
-        if sums:
-            h.update(torch.stack(sums).cpu().numpy().tobytes())
-    return h.hexdigest()
 
 
 @dataclass
 class ESState:
-    """What one engine's ES needs: the map, the HF-named views, the optimizer."""
+    """One engine's ES: the HF-form policy, its optimizer, and the push statistics."""
 
-    pieces: list[Piece]
-    tensors: dict[str, torch.Tensor]  # the engine's tensors by vLLM name (dedup'd)
-    aliases: list[str]
-    module: torch.nn.Module
+    module: torch.nn.Module  # the policy as the hf backend holds it (HF names, engine dtype)
     opt: ESOptimizer
+    tied: list[torch.nn.Module]  # engine layers that share a weight with another layer
     active: AbstractContextManager | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, float] = field(default_factory=lambda: {"pushes": 0, "push_s": 0.0})
 
 
-def es_state(
-    model: torch.nn.Module,
-    hf_shapes: Sequence[tuple[str, Sequence[int]]],
-    es: Mapping[str, Any] | None = None,
-    packed: Mapping[str, Sequence[str]] | None = None,
-) -> ESState:
-    """Name map + views + ESOptimizer over ``model`` (an engine's model, fused tensors)."""
-    if packed is None:
-        packed = getattr(type(model), "packed_modules_mapping", None) or PACKED_DEFAULT
-    tensors, aliases = engine_tensors(model)
-    if any(t.is_inference() for t in tensors.values()):
-        raise RuntimeError(
-            "the engine's weights are inference tensors (created under torch.inference_mode); "
-            "the ES core cannot write them in place from its worker threads"
-        )
-    shapes = {n: tuple(t.shape) for n, t in tensors.items()}
-    pieces = build_name_map(hf_shapes, shapes, packed)
-    module = view_module(tensors, pieces)
-    opt = ESOptimizer(module, **dict(es or {}))
-    info = {
-        "base_hash": opt.base_hash,
-        "es_config": opt.config(),
-        "num_parameters": opt.num_parameters,
-        "hf_parameters": len(pieces),
-        "engine_tensors": len(tensors),
-        "tied_aliases": list(aliases),
-        "padding_rows": padding_rows(pieces, shapes),
-        "fused_tensors": sorted({p.vllm_name for p in pieces if p.vllm_name != p.hf_name}),
-    }
-    return ESState(pieces, tensors, aliases, module, opt, info=info)
+def load_hf_policy(path: str, dtype: str, device: torch.device) -> torch.nn.Module:
+    """The checkpoint at ``path`` as the ``hf`` backend loads it, on ``device``."""
+    from runner.backends.hf import load_model
+
+    model, _ = load_model(path, dtype, str(device))
+    model.requires_grad_(False)
+    return model
+
+
+def tied_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """Layers with a ``quant_method`` whose weight another such layer shares (a tied head).
+
+    vLLM's in-place reload re-processes only the layer the checkpoint names (the
+    embedding), not the head that shares its weight (its documented limitation 2); on CPU
+    the head keeps a prepacked copy of the old weight. These layers are re-processed after
+    every push.
+    """
+    groups: dict[int, list[torch.nn.Module]] = {}
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if getattr(module, "quant_method", None) is not None and isinstance(weight, torch.Tensor):
+            groups.setdefault(id(weight), []).append(module)
+    return [m for group in groups.values() if len(group) > 1 for m in group]
+
+
+def watch_driver(driver_pid: int, driver_started: float, period_s: float = 1.0) -> bool:
+    """End this engine when the process that built it is gone (it was killed, say).
+
+    A driver killed with SIGKILL cannot shut its engine down, and vLLM's processes outlive
+    it (reparented to init). A daemon thread here checks the driver every ``period_s``;
+    once it is gone it kills this process's ancestors up to the driver (the engine core)
+    and then this process. Returns False (no watch) when the driver is not an ancestor.
+    """
+    import psutil
+
+    chain = []
+    for proc in psutil.Process().parents():
+        if proc.pid == driver_pid:
+            break
+        chain.append(proc.pid)
+    else:
+        return False
+
+    def alive() -> bool:
+        try:
+            return psutil.Process(driver_pid).create_time() == driver_started
+        except psutil.NoSuchProcess:
+            return False
+
+    def watch() -> None:
+        while alive():
+            time.sleep(period_s)
+        for pid in chain:
+            with suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="es-driver-watch", daemon=True).start()
+    return True
 
 
 def _sync(device_type: str) -> None:
@@ -133,7 +126,7 @@ class ESWorkerExtension:
 
     # -- helpers (not RPC targets) ------------------------------------------------------
     def _es_model(self) -> torch.nn.Module:
-        runner = self.model_runner  # set by vLLM's worker; by the stand-in in tests
+        runner = self.model_runner  # set by vLLM's worker
         get = getattr(runner, "get_model", None)
         return get() if callable(get) else runner.model
 
@@ -143,55 +136,72 @@ class ESWorkerExtension:
             raise RuntimeError("es_setup has not run in this worker")
         return state
 
-    def _es_done(self) -> None:
-        _sync(self._es().opt.device_type)
+    def _es_push(self) -> None:
+        """Hand the HF-form weights to vLLM's in-place reload (fuse, pad, post-process)."""
+        state = self._es()
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            self.reload_weights(
+                weights_iterator=state.module.named_parameters(), is_checkpoint_format=True
+            )
+            for layer in state.tied:
+                layer.quant_method.process_weights_after_loading(layer)
+        _sync(state.opt.device_type)
+        state.stats["pushes"] += 1
+        state.stats["push_s"] += time.perf_counter() - t0
 
     # -- RPC targets --------------------------------------------------------------------
     def es_setup(
         self,
-        hf_shapes: Sequence[Sequence[Any]],
+        path: str,
+        dtype: str,
         es: Mapping[str, Any] | None = None,
-        packed: Mapping[str, Sequence[str]] | None = None,
-    ) -> dict[str, Any]:
-        """Build the name map and the ES optimizer over this worker's model; returns info.
+        driver: Sequence[float] | None = None,
+    ) -> dict:
+        """Load the HF-form policy, build the ES optimizer on it; returns info.
 
-        ``hf_shapes``: ``[[name, [dims...]], ...]`` of the HF model, in its
-        ``named_parameters()`` order (lists, as an RPC carries them).
+        ``driver``: (pid, start time) of the process that built the engine, watched so that
+        the engine ends with it (:func:`watch_driver`).
         """
-        old = getattr(self, "_es_state", None)
-        if old is not None:
-            old.opt.close()
-        shapes = [(str(n), tuple(int(x) for x in s)) for n, s in hf_shapes]
-        state = es_state(self._es_model(), shapes, es, packed)
-        self._es_state = state
-        self._es_done()
-        return dict(state.info)
+        self.es_close()
+        watched = False
+        if driver is not None and not getattr(self, "_es_watched", False):
+            watched = self._es_watched = watch_driver(int(driver[0]), float(driver[1]))
+        model = self._es_model()
+        device = next(model.parameters()).device
+        module = load_hf_policy(path, dtype, device)
+        opt = ESOptimizer(module, **dict(es or {}))
+        tied = tied_layers(model)
+        info = {
+            "base_hash": opt.base_hash,
+            "es_config": opt.config(),
+            "num_parameters": opt.num_parameters,
+            "hf_parameters": sum(1 for _ in module.named_parameters()),
+            "tied_layers": len(tied),
+            "driver_watched": watched,
+            "device": str(device),
+        }
+        self._es_state = ESState(module, opt, tied, info=info)
+        return dict(info)
 
     def es_perturb(self, seed: int, sign: int = 1) -> int:
-        """Weights <- cast(master + sign * sigma * eps(seed)), HF noise on each fused row range."""
+        """Engine weights <- cast(master + sign * sigma * eps(seed)), HF noise per HF name."""
         state = self._es()
         if state.active is not None:
             raise RuntimeError("already perturbed; restore first (perturbations do not nest)")
         ctx = state.opt.perturbed(int(seed), int(sign))
         ctx.__enter__()
         state.active = ctx
-        self._es_done()
+        self._es_push()
         return state.opt.version
 
     def es_restore(self) -> int:
-        """Weights <- cast(master): bit-exact (a no-op when not perturbed)."""
+        """Engine weights <- cast(master): bit-exact (a no-op when not perturbed)."""
         state = self._es()
         ctx, state.active = state.active, None
         if ctx is not None:
             ctx.__exit__(None, None, None)
-        self._es_done()
-        return state.opt.version
-
-    def es_apply(self, record: Mapping[str, Any]) -> int:
-        """Apply the next update record (``UpdateRecord.to_dict()``); returns the version."""
-        state = self._es()
-        state.opt.apply(UpdateRecord.from_dict(dict(record)))
-        self._es_done()
+            self._es_push()
         return state.opt.version
 
     def es_replay(self, log: Sequence[Mapping[str, Any]], upto: int | None = None) -> int:
@@ -199,42 +209,18 @@ class ESWorkerExtension:
         state = self._es()
         if state.active is not None:
             raise RuntimeError("cannot replay updates while perturbed")
+        before = state.opt.version
         version = state.opt.replay([UpdateRecord.from_dict(dict(r)) for r in log], upto=upto)
-        self._es_done()
+        if version != before:
+            self._es_push()
         return version
 
-    def es_version(self) -> int:
-        return self._es().opt.version
-
     def es_weights_hash(self) -> str:
-        """sha256 over the HF-named views, HF order (comparable with the ``hf`` backend)."""
+        """sha256 over the HF-named weights last handed to the engine (the hf backend's hash)."""
         return self._es().opt.weights_hash()
 
-    def es_checksum(self) -> str:
-        """Fast on-device checksum of every engine tensor, padding rows included."""
-        state = self._es()
-        return weights_checksum(sorted(state.tensors.items()))
-
-    def es_self_test(self, seed: int = 12345) -> dict[str, Any]:
-        """A perturbation must change the engine's checksum and a restore return it exactly."""
-        before = self.es_checksum()
-        self.es_perturb(seed, 1)
-        try:
-            perturbed = self.es_checksum()
-        finally:
-            self.es_restore()
-        after = self.es_checksum()
-        return {
-            "before": before,
-            "perturbed": perturbed,
-            "restored": after,
-            "changes": perturbed != before,
-            "restores": after == before,
-            "ok": perturbed != before and after == before,
-        }
-
-    def es_info(self) -> dict[str, Any]:
-        return dict(self._es().info)
+    def es_stats(self) -> dict[str, float]:
+        return dict(self._es().stats)
 
     def es_close(self) -> bool:
         state = getattr(self, "_es_state", None)

@@ -29,6 +29,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     tiny.add_argument("--layers", type=int, default=2)
     tiny.add_argument("--hidden", type=int, default=64, help="hidden size (a multiple of 16)")
     tiny.add_argument("--vocab", type=int, default=512, help="tokenizer vocabulary size")
+    tiny.add_argument(
+        "--head-dim",
+        type=int,
+        default=16,
+        help="attention head size; vLLM on CPU takes 32, 64, 80, ... (64 with --hidden 128)",
+    )
     tiny.add_argument("--context", type=int, default=4096, help="max position embeddings")
     tiny.add_argument("--seed", type=int, default=0)
     tiny.set_defaults(func=make_tiny)
@@ -197,9 +203,11 @@ def make_tiny(args: argparse.Namespace) -> int:
         raise UserError("--layers must be >= 1, --vocab >= 300 (bytes + merges), --context >= 64")
     if args.hidden < 16 or args.hidden % 16:
         raise UserError(f"--hidden must be a multiple of 16, got {args.hidden}")
+    if args.head_dim < 1 or args.hidden % args.head_dim:
+        raise UserError(f"--head-dim must divide --hidden {args.hidden}, got {args.head_dim}")
     if args.dir.exists() and any(args.dir.iterdir()):
         raise UserError(f"{args.dir} exists and is not empty")
-    heads, kv_heads = _heads(args.hidden, head_dim=16)
+    heads, kv_heads = _heads(args.hidden, head_dim=args.head_dim)
     out = build_tiny_model(
         args.dir,
         seed=args.seed,

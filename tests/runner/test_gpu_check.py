@@ -30,7 +30,7 @@ KEYS = (
     "es.update_master_vs_cpu", "es.update_weights_vs_cpu", "es.noise_scheme", "es.copy_GBps",
     "es.perturb_in_master_copies", "es.restore_in_master_copies", "es.update_in_master_copies",
     "ext.base_hash_vs_hf", "ext.perturb_vs_hf", "ext.restore_bitexact", "ext.update_vs_hf",
-    "ext.self_test", "async.task", "async.policy", "async.updates", "async.max_lag",
+    "ext.push_s", "async.task", "async.policy", "async.updates", "async.max_lag",
     "async.workers_agree", "vllm.status", "elapsed_s",
 )  # fmt: skip
 
@@ -64,7 +64,11 @@ def test_gpu_check_small_runs_on_cpu_and_prints_one_table(tmp_path):
     assert results["es.perturbed_vs_cpu"] == "identical"
     assert results["es.update_master_vs_cpu"] == "identical"
     assert results["es.perturb_restore_bitexact"] is True
-    assert all(results[k] is True for k in KEYS if k.startswith("ext.") and k != "ext.seconds")
+    assert all(
+        results[k] is True
+        for k in KEYS
+        if k.startswith("ext.") and k not in ("ext.seconds", "ext.push_s")
+    )
     assert results["async.updates"] == 2 and results["async.workers_agree"] is True
     assert "policies.py loaded as a file" in next(
         r["note"] for r in doc["rows"] if r["check"] == "async.policy"
