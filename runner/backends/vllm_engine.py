@@ -18,8 +18,6 @@ from typing import Any
 from runner.errors import UserError
 
 EXTENSION = "runner.backends.vllm_extension.ESWorkerExtension"
-# The range the ``vllm`` extra pins (pyproject.toml); see docs/vllm.md for the APIs used.
-VLLM_RANGE = (">=0.9.0", "<0.35")
 PREFIX_CACHE_MODES = ("off", "reset")
 CPU_KV_CACHE_GB = 1.0  # the CPU engine's KV cache when no memory setting is given
 GPU_MEMORY_UTILIZATION = 0.5  # leave room for the ES state (fp32 master + HF-form copy)
