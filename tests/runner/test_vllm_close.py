@@ -1,5 +1,6 @@
-"""The vllm backend's engine processes: prefix caching off, close(), a killed driver, and
-what the engine would refuse, said in one line before it starts (real vLLM engine)."""
+"""The vllm backend on a real vLLM engine: seeded sampling and prefix caching off on a
+plain random model (flat logits: samples differ between seeds), close(), a killed
+driver, and what the engine would refuse, said in one line before it starts."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from vllm_helpers import confident_model, vllm_device
+from vllm_helpers import vllm_device
 
 from runner.backends import GenerationRequest, make_backend
 from runner.errors import UserError
@@ -49,20 +50,29 @@ def gone(pids, timeout: float = 60.0) -> bool:
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     vllm_device()
-    return str(confident_model(tmp_path_factory.mktemp("vllm") / "model"))
+    path = build_tiny_model(tmp_path_factory.mktemp("vllm") / "model", seed=0, hidden_size=128,
+                            num_heads=2, num_kv_heads=1, intermediate_size=256,
+                            max_position_embeddings=2048)  # fmt: skip
+    return str(path)
 
 
-def test_prefix_cache_off_never_reuses_and_close_leaves_no_engine_process(model):
+def test_seeded_sampling_prefix_cache_off_and_close_leaves_no_engine_process(model):
     device = vllm_device()
-    backend = make_backend("vllm", path=model, device=device, dtype="float32", temperature=0.0,
-                           max_new_tokens=8, context_tokens=1024, stop=())  # fmt: skip
+    backend = make_backend("vllm", path=model, device=device, dtype="float32", temperature=1.0,
+                           max_new_tokens=16, context_tokens=1024, stop=())  # fmt: skip
     pids = list(backend.engine_pids)
     assert pids and all(psutil.pid_exists(p) for p in pids)
     assert {p.pid for p in engine_children()} <= set(pids)
+    # one sampling seed, one reply: in one batch, and alone; other seeds, other replies
+    msg = [{"role": "user", "content": "List the files in /home/user."}]
+    reqs = [GenerationRequest(msg, seed=s) for s in (5, 5, 6, 7, 8)]
+    first = [g.text for g in backend.generate(reqs)]
+    assert first[0] == first[1] == backend.generate(reqs[:1])[0].text
+    assert len(set(first[1:])) == 4
+    # prefix caching off: the same long prompt is never served from the cache
     req = [GenerationRequest([{"role": "user", "content": LONG}], seed=1)]
-    first = backend.generate(req)[0].text
-    assert backend.generate(req)[0].text == first
-    assert backend.stats["cached_tokens"] == 0  # off: the same long prompt is never reused
+    assert backend.generate(req)[0].text == backend.generate(req)[0].text
+    assert backend.stats["cached_tokens"] == 0
     backend.close()
     assert gone(pids, timeout=5)  # close() waited for them
     assert engine_children() == []

@@ -10,7 +10,6 @@ its replies are what the perturbed weights produce.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import pytest
@@ -123,18 +122,3 @@ def test_turns_joining_mid_stream_get_the_replies_they_get_alone(pair):
     time.sleep(0.05)  # the first turn is decoding when the others join
     joined = [vllm.submit(r) for r in reqs[1:]]
     assert [f.result(timeout=120).text for f in [long_turn, *joined]] == alone
-
-
-def test_the_same_sampling_seed_gives_the_same_reply(pair):
-    vllm, _, _ = pair
-    greedy = vllm.turn
-    vllm.turn = dataclasses.replace(greedy, temperature=20.0)  # the head is confident
-    try:
-        msg = [{"role": "user", "content": PROMPTS[0]}]
-        reqs = [GenerationRequest(msg, seed=s) for s in (5, 5, 6, 7, 8)]
-        first = texts(vllm, reqs)
-        assert first[0] == first[1]  # one seed, one stream, in one batch
-        assert texts(vllm, reqs[:1]) == first[:1]  # and alone
-        assert len(set(first[1:])) > 1  # other seeds draw other replies
-    finally:
-        vllm.turn = greedy
