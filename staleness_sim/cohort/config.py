@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from staleness_sim.core.settings import ConfigError, _Strict, describe_error
-from staleness_sim.durations import DurationSpec
+from staleness_sim.durations import DurationSpec, EngineSpec, TurnsSpec
 
 
 class SyncPolicy(_Strict):
@@ -37,21 +37,31 @@ PolicySpec = Annotated[
 
 
 class JobSpec(_Strict):
-    """A job is one perturbation's evaluation: a direct duration, or D episodes over C sessions."""
+    """A job is one perturbation's evaluation: a direct duration, D episodes over C
+    sessions, or (opt-in) D episodes of ``turns`` over C sessions sharing one ``engine``
+    (``staleness_sim.durations.turns``)."""
 
     duration: DurationSpec | None = None
     episodes: Annotated[int, Field(ge=1)] | None = None
     concurrency: Annotated[int, Field(ge=1)] | None = None
     episode: DurationSpec | None = None
+    turns: TurnsSpec | None = None
+    engine: EngineSpec | None = None
 
     @model_validator(mode="after")
     def _one_form(self) -> JobSpec:
-        composed = (self.episodes, self.concurrency, self.episode)
+        if (self.turns is None) != (self.engine is None):
+            raise ValueError("turns and engine go together (the turn model)")
+        composed = (self.episodes, self.concurrency, self.episode or self.turns)
         if self.duration is not None:
             if any(x is not None for x in composed):
                 raise ValueError("give either duration, or episodes + concurrency + episode")
+        elif self.episode is not None and self.turns is not None:
+            raise ValueError("give either episode or turns + engine, not both")
         elif any(x is None for x in composed):
-            raise ValueError("needs duration, or all of episodes, concurrency and episode")
+            raise ValueError(
+                "needs duration, or all of episodes, concurrency and episode (or turns + engine)"
+            )
         return self
 
 

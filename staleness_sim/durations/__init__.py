@@ -4,6 +4,7 @@ Maximum-likelihood fitting of these models to measurements is in
 ``staleness_sim.validation.fitting``.
 """
 
+from staleness_sim.durations.engine_model import CurveSpec, Engine, EngineSpec, RooflineSpec
 from staleness_sim.durations.jobs import DirectJob, EpisodicJob, make_job, makespan
 from staleness_sim.durations.models import DurationModel, make_duration
 from staleness_sim.durations.specs import (
@@ -18,9 +19,17 @@ from staleness_sim.durations.specs import (
     WeibullSpec,
     read_column,
 )
+from staleness_sim.durations.turns import TurnJob, TurnsSpec, TurnTable
 
 __all__ = [
     "ConstantSpec",
+    "CurveSpec",
+    "Engine",
+    "EngineSpec",
+    "RooflineSpec",
+    "TurnJob",
+    "TurnTable",
+    "TurnsSpec",
     "DirectJob",
     "DurationModel",
     "DurationSpec",

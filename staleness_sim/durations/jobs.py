@@ -8,7 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from staleness_sim.durations.engine_model import Engine
 from staleness_sim.durations.models import DurationModel, make_duration
+from staleness_sim.durations.turns import TurnJob
 
 
 def makespan(durations: np.ndarray, concurrency: int) -> np.ndarray:
@@ -101,8 +103,11 @@ class EpisodicJob:
         )
 
 
-def make_job(spec: Any) -> DirectJob | EpisodicJob:
-    """The job of a scenario's ``job`` section: ``duration``, or ``episode`` x ``episodes``."""
+def make_job(spec: Any) -> DirectJob | EpisodicJob | TurnJob:
+    """The job of a scenario's ``job`` section: ``duration``, ``episode`` x ``episodes``,
+    or ``turns`` on an ``engine`` x ``episodes``."""
+    if getattr(spec, "turns", None) is not None:
+        return TurnJob(spec.turns, Engine(spec.engine), spec.episodes, spec.concurrency)
     if spec.duration is not None:
         return DirectJob(make_duration(spec.duration))
     return EpisodicJob(make_duration(spec.episode), spec.episodes, spec.concurrency)

@@ -1,0 +1,290 @@
+"""Jobs of episodes made of turns on one shared engine (``TurnJob``): the opt-in job model
+``job: {episodes, concurrency, turns, engine}``.
+
+An episode is ``start_s``, then turns, then ``end_s`` (a sandbox start and a verifier, say).
+A turn is a prefill of its prompt tokens, a decode of its reply tokens, then a command of
+``command_s``. The D episodes of a job run over C sessions with continuous refill, as in
+:class:`~staleness_sim.durations.jobs.EpisodicJob`, but the sessions share the worker's
+engine: every session decoding at a moment advances one token per decode step, and a
+step takes ``engine.step_s(batch, context)`` for the batch and context decoding then
+(processor sharing). Rates change only when a session enters or leaves the decode batch,
+so the simulation is an event loop over turn boundaries, not tokens. Prefills and
+commands take their own time (a prefill does not stall the batch: left out).
+
+An episode's shape is either drawn part by part from duration specs (``count``,
+``prompt_tokens``, ``reply_tokens``, ``command_s``, ``start_s``, ``end_s``; a turn draws
+its own sizes) or resampled jointly from a ``table`` of measured episodes (one row per
+episode: its turns, its mean prompt and reply tokens and command seconds per turn, its
+start and end seconds), which keeps the correlation between turn count and lengths.
+
+Each job is simulated exactly; jobs run in lockstep (numpy over a block of jobs and their
+sessions), one event per job per step, so the cost grows with turn boundaries.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from staleness_sim.durations.engine_model import Engine
+from staleness_sim.durations.models import make_duration
+from staleness_sim.durations.specs import DurationSpec
+
+_BLOCK = 2048  # jobs simulated in lockstep at once (session tables stay small)
+
+
+class TurnTable(BaseModel):
+    """Measured episodes, one per position in every column (equal lengths)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    turns: list[Annotated[int, Field(ge=1)]] = Field(min_length=1)
+    prompt_tokens: list[float]  # per turn (the context a turn's prompt holds)
+    reply_tokens: list[float]  # per turn
+    command_s: list[float]  # per turn
+    start_s: list[float] | None = None  # per episode, before the first turn
+    end_s: list[float] | None = None  # per episode, after the last command
+    # random: every episode resamples a row; cycle: episode j of a job takes row j mod n
+    # (a measured job replayed in its own order)
+    order: Literal["random", "cycle"] = "random"
+
+    @field_validator("prompt_tokens", "reply_tokens", "command_s", "start_s", "end_s")
+    @classmethod
+    def _non_negative(cls, v: list[float] | None, info) -> list[float] | None:
+        if v is not None:
+            bad = [x for x in v if not x >= 0]
+            if bad:
+                what = "token counts" if info.field_name.endswith("tokens") else "seconds"
+                raise ValueError(f"{what} must be >= 0 (got {bad[0]:g})")
+        return v
+
+    @model_validator(mode="after")
+    def _same_length(self) -> TurnTable:
+        n = len(self.turns)
+        for name in ("prompt_tokens", "reply_tokens", "command_s", "start_s", "end_s"):
+            v = getattr(self, name)
+            if v is not None and len(v) != n:
+                raise ValueError(f"{name} has {len(v)} values, turns has {n}")
+        return self
+
+
+class TurnsSpec(BaseModel):
+    """An episode's turns: distributions part by part, or a ``table`` resampled jointly."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    count: DurationSpec | None = None  # turns per episode, rounded, at least 1
+    prompt_tokens: DurationSpec | None = None
+    reply_tokens: DurationSpec | None = None
+    command_s: DurationSpec | None = None
+    start_s: DurationSpec | None = None
+    end_s: DurationSpec | None = None
+    table: TurnTable | None = None
+    timeout_s: Annotated[float, Field(gt=0)] | None = None  # an episode is cut at this age
+
+    @model_validator(mode="after")
+    def _one_form(self) -> TurnsSpec:
+        parts = ("count", "prompt_tokens", "reply_tokens", "command_s")
+        given = [p for p in (*parts, "start_s", "end_s") if getattr(self, p) is not None]
+        if self.table is not None:
+            if given:
+                raise ValueError(f"give either table or distributions, not both ({given[0]})")
+        else:
+            missing = [p for p in parts if getattr(self, p) is None]
+            if missing:
+                raise ValueError(f"needs a table, or distributions of {', '.join(missing)}")
+        return self
+
+
+class _Table:
+    """Episodes resampled whole from a measured table."""
+
+    def __init__(self, t: TurnTable) -> None:
+        n = len(t.turns)
+        zeros = [0.0] * n
+        self.turns = np.asarray(t.turns, dtype=np.int64)
+        self.prompt = np.asarray(t.prompt_tokens, dtype=np.float64)
+        self.reply = np.asarray(t.reply_tokens, dtype=np.float64)
+        self.command = np.asarray(t.command_s, dtype=np.float64)
+        self.start = np.asarray(t.start_s or zeros, dtype=np.float64)
+        self.end = np.asarray(t.end_s or zeros, dtype=np.float64)
+        self.cycle = t.order == "cycle"
+
+    def episodes(self, rng: np.random.Generator, number: np.ndarray):
+        n = len(self.turns)
+        row = number % n if self.cycle else rng.integers(0, n, len(number))
+        return self.turns[row], self.start[row], self.end[row], row
+
+    def turn(self, rng: np.random.Generator, row: np.ndarray):
+        return self.prompt[row], self.reply[row]
+
+    def commands(self, rng: np.random.Generator, row: np.ndarray):
+        return self.command[row]
+
+    def describe(self) -> str:
+        how = "taken in order" if self.cycle else "resampled whole"
+        return f"{len(self.turns)} measured episodes {how}"
+
+
+class _Drawn:
+    """Every part drawn from its own distribution (a turn draws its own sizes)."""
+
+    def __init__(self, s: TurnsSpec) -> None:
+        self.count = make_duration(s.count)
+        self.prompt, self.reply = make_duration(s.prompt_tokens), make_duration(s.reply_tokens)
+        self.command = make_duration(s.command_s)
+        self.start = make_duration(s.start_s) if s.start_s is not None else None
+        self.end = make_duration(s.end_s) if s.end_s is not None else None
+
+    def episodes(self, rng: np.random.Generator, number: np.ndarray):
+        n = len(number)
+        turns = np.maximum(1, np.rint(self.count.sample(rng, n))).astype(np.int64)
+        start = self.start.sample(rng, n) if self.start is not None else np.zeros(n)
+        end = self.end.sample(rng, n) if self.end is not None else np.zeros(n)
+        return turns, start, end, np.zeros(n, np.int64)
+
+    def turn(self, rng: np.random.Generator, row: np.ndarray):
+        return self.prompt.sample(rng, len(row)), self.reply.sample(rng, len(row))
+
+    def commands(self, rng: np.random.Generator, row: np.ndarray):
+        return self.command.sample(rng, len(row))
+
+    def describe(self) -> str:
+        return (
+            f"turns ~ {self.count.describe()}, prompt ~ {self.prompt.describe()}, reply ~ "
+            f"{self.reply.describe()} tokens, command ~ {self.command.describe()} s"
+        )
+
+
+class TurnJob:
+    """D episodes of turns over C sessions sharing one engine; duration = makespan."""
+
+    def __init__(self, turns: TurnsSpec, engine: Engine, episodes: int, concurrency: int) -> None:
+        if episodes < 1 or concurrency < 1:
+            raise ValueError(
+                f"episodes and concurrency must be >= 1, got {episodes}, {concurrency}"
+            )
+        self.spec, self.engine = turns, engine
+        self.episodes, self.concurrency = int(episodes), int(concurrency)
+        self.source = _Table(turns.table) if turns.table is not None else _Drawn(turns)
+        self.timeout = turns.timeout_s if turns.timeout_s is not None else np.inf
+
+    def sample(self, rng: np.random.Generator, n_jobs: int) -> np.ndarray:
+        out = np.empty(n_jobs)
+        for lo in range(0, n_jobs, _BLOCK):
+            hi = min(n_jobs, lo + _BLOCK)
+            out[lo:hi] = self._simulate(rng, hi - lo)
+        return out
+
+    def describe(self) -> str:
+        cut = f", cut at {self.timeout:g} s" if np.isfinite(self.timeout) else ""
+        return (
+            f"makespan of {self.episodes} episodes over {self.concurrency} sessions sharing "
+            f"one engine ({self.engine.describe()}); {self.source.describe()}{cut}"
+        )
+
+    def _simulate(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """Makespans of ``n`` jobs, all simulated at once, one event per job per step.
+
+        Session state lives in flat arrays of ``c * n``, session-major (a reduction over a
+        job's sessions is then a vectorised one across rows); a step does a few passes over them
+        (the next event of every job) and touches only the sessions with an event.
+        """
+        c = min(self.concurrency, self.episodes)
+        size, inf = n * c, np.inf
+        src, prefill, timeout = self.source, self.engine.prefill_s_per_token, self.timeout
+        when = np.full(size, inf)  # timed part: min(its end, deadline); decoding: deadline
+        target = np.full(size, inf)  # decoding: the virtual token count at which it ends
+        dec = np.zeros(size, bool)
+        deadline = np.full(size, inf)
+        ctx = np.zeros(size)  # the context a decoding session holds (prompt + half reply)
+        seg = np.zeros(size, np.int64)  # the turn a session is in
+        nturns = np.zeros(size, np.int64)
+        row = np.zeros(size, np.int64)
+        end_s, prompt, reply = np.zeros(size), np.zeros(size), np.zeros(size)
+        when2, target2 = when.reshape(c, n), target.reshape(c, n)
+        t = np.zeros(n)
+        virt = np.zeros(n)  # tokens a sequence in the batch has decoded since time 0
+        batch = np.zeros(n, np.int64)  # sessions decoding, per job
+        held = np.zeros(n)  # context they hold
+        assigned = np.full(n, c)
+        busy = np.full(n, c)  # sessions with an episode, per job
+
+        def begin(idx: np.ndarray, number: np.ndarray) -> None:
+            """Start episodes ``number`` (of their jobs) in sessions ``idx``: their start,
+            then turn 0's prefill."""
+            turns, start, end, r = src.episodes(rng, number)
+            p, rep = src.turn(rng, r)
+            now = t[idx % n]
+            nturns[idx], end_s[idx], row[idx], seg[idx] = turns, end, r, 0
+            prompt[idx], reply[idx] = p, rep
+            deadline[idx] = now + timeout
+            when[idx] = np.minimum(now + start + prefill * p, deadline[idx])
+
+        def leave(idx: np.ndarray) -> None:
+            """Sessions ``idx`` leave the decode batch."""
+            jobs = idx % n
+            batch[:] -= np.bincount(jobs, minlength=n)
+            held[:] -= np.bincount(jobs, weights=ctx[idx], minlength=n)
+            dec[idx], target[idx], ctx[idx] = False, inf, 0.0
+
+        begin(np.arange(size), np.arange(size) // n)
+        live = np.ones(n, bool)
+        while live.any():
+            step = self.engine.step_s(np.maximum(batch, 1), held)
+            first = target2.min(axis=0)
+            with np.errstate(invalid="ignore"):
+                t_dec = np.where(batch > 0, t + (first - virt) * step, inf)
+            t_next = np.minimum(t_dec, when2.min(axis=0))
+            go = np.isfinite(t_next)
+            # Virtual tokens: exactly the first finisher's target when a decode ends first.
+            adv = np.where(t_dec <= t_next, first, virt + (t_next - t) / step)
+            virt = np.where(go & (batch > 0), adv, virt)
+            t = np.where(go, t_next, t)
+            ended = np.flatnonzero(target2 <= virt)  # decodes done
+            due = np.flatnonzero(when2 <= t)  # timed parts done, or deadlines
+            cut = due[deadline[due] <= t[due % n]]
+            if len(cut):
+                ended = np.setdiff1d(ended, cut, assume_unique=True)
+                leave(cut[dec[cut]])
+            # A decode ended: this turn's command, then the next turn's prefill or the end.
+            if len(ended):
+                leave(ended)
+                cmd = src.commands(rng, row[ended])
+                more = ended[seg[ended] + 1 < nturns[ended]]
+                p, rep = src.turn(rng, row[more])
+                prompt[more], reply[more] = p, rep
+                seg[ended] += 1
+                tail = np.where(seg[ended] < nturns[ended], prefill * prompt[ended], end_s[ended])
+                when[ended] = np.minimum(t[ended % n] + cmd + tail, deadline[ended])
+            # A timed part ended: decode the next turn, or the episode is over.
+            done = due[~dec[due]] if len(cut) == 0 else np.setdiff1d(due, cut, assume_unique=True)
+            to_dec = done[seg[done] < nturns[done]]
+            if len(to_dec):
+                jobs = to_dec % n
+                target[to_dec] = virt[jobs] + reply[to_dec]
+                ctx[to_dec] = prompt[to_dec] + reply[to_dec] / 2
+                dec[to_dec] = True
+                when[to_dec] = deadline[to_dec]
+                batch[:] += np.bincount(jobs, minlength=n)
+                held[:] += np.bincount(jobs, weights=ctx[to_dec], minlength=n)
+            over = done[seg[done] >= nturns[done]]
+            if len(cut):
+                over = np.union1d(over, cut)
+            if len(over):
+                when[over], deadline[over] = inf, inf
+                over = over[np.argsort(over % n, kind="stable")]  # job by job
+                jobs = over % n
+                rank = np.arange(len(over)) - np.searchsorted(jobs, jobs)
+                number = assigned[jobs] + rank
+                keep = number < self.episodes
+                refill = over[keep]
+                refilled = np.bincount(refill % n, minlength=n)
+                assigned[:] += refilled
+                busy[:] += refilled - np.bincount(jobs, minlength=n)
+                if len(refill):
+                    begin(refill, number[keep])
+                live = busy > 0
+        return t
