@@ -10,7 +10,6 @@ from pathlib import Path
 
 from runner.errors import UserError
 
-
 # The committed warm start (examples/runs/learn and cpu_learn.yaml name it), relative to the
 # repository root.
 WARM_START = Path("examples/warm_start")

@@ -12,8 +12,8 @@ from runner import cli as runner_cli
 
 pytestmark = pytest.mark.docker
 
-# Two checks any episode passes (the task's home and its input files stay), beside the
-# task's own check, which a random tiny model does not pass: every episode scores 2 of 3.
+# Two checks any episode passes, beside the task's own full check (its partial checks left
+# out), which a random tiny model does not pass: every episode scores 2 of 3.
 TWO_FREE_CHECKS = """
 
 def test_home_is_a_folder():
@@ -32,8 +32,9 @@ def graded_tasks(tmp_path, task_dir):
     name = (task_dir / "train.txt").read_text().split()[0]
     shutil.copytree(task_dir / name, out / name)
     final = out / name / "test_final_state.py"
-    assert final.read_text().count("\ndef test_") == 1  # generated tasks have one check
-    final.write_text(final.read_text() + TWO_FREE_CHECKS)
+    full = final.read_text().split("\n\ndef test_partial_")[0]  # the task's own full check
+    assert full.count("\ndef test_") == 1
+    final.write_text(full + TWO_FREE_CHECKS)
     for split in ("train", "test"):
         (out / f"{split}.txt").write_text(name + "\n")
     return out

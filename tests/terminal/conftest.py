@@ -83,7 +83,9 @@ def nothing_left_behind():
         left = client.api.containers(all=True, filters={"label": f"{LABEL_OWNER}={mine}"})
     except Exception:  # noqa: BLE001 - no engine or SDK: nothing can have been created
         return
-    assert not left, f"the tests left {len(left)} container(s) behind: {[c['Id'][:12] for c in left]}"
+    assert not left, (
+        f"the tests left {len(left)} container(s) behind: {[c['Id'][:12] for c in left]}"
+    )
 
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -19,7 +19,7 @@ from runner.terminal.generator.categories import CATEGORIES
 from runner.terminal.loaders import load_task
 from runner.terminal.protocol import PARSE_ERROR_OBSERVATION, ScriptedAgent
 from runner.terminal.sandbox import Sandbox
-from runner.terminal.verifier import check_initial, verify_final
+from runner.terminal.verifier import check_initial, pytest_counts, verify_final
 
 pytestmark = pytest.mark.docker
 
@@ -47,6 +47,11 @@ def test_every_category_initial_before_after(docker_client, builder, generated, 
         assert not before.passed, f"{category}: final test passes before the solution"
         assert all(o.exit_code == 0 for o in outs), f"{category}: {[o.output for o in outs]}"
         assert after.passed, f"{category}: final test fails after the solution:\n{after.output}"
+        # the partial checks: all pass after the solution (they are implied by the full
+        # check), not all before it, and there are several checks to grade by
+        checks = pytest_counts(after.output)
+        assert after.graded == 1.0 and checks["passed"] >= 2, (category, checks)
+        assert before.graded < 1.0, (category, before.output)
 
 
 def test_image_cache_and_from_fallback(docker_client, builder, generated):

@@ -60,3 +60,22 @@ def test_cli_reports_bad_input_in_one_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.startswith("es-runner: error: unknown categories ['nope']")
     assert "Traceback" not in proc.stderr
+
+
+def test_partial_checks_leave_ids_and_splits_as_they_were():
+    # The ids of generate_specs(28, 0) before partial checks were added (recorded then):
+    # the partial checks change no id, so no split and no warm start's training set.
+    before = ["gen_archive_create_9de21f5fe7", "gen_archive_extract_02ed0e1388",
+              "gen_text_search_20bbed6d14", "gen_csv_aggregate_627c55bab3",
+              "gen_json_filter_1e8a00d213", "gen_log_analysis_adc8de81cc",
+              "gen_permissions_d2ee6c5706", "gen_find_files_85e4730564",
+              "gen_sed_config_ecf6e5ff35", "gen_awk_columns_1f72690b20",
+              "gen_script_writing_4a97b85a39", "gen_processes_9893f7ac51",
+              "gen_symlinks_7a94029109", "gen_dedupe_sort_de6b86f00e"]  # fmt: skip
+    specs = generate_specs(28, 0)
+    assert [t for t, _ in specs][:14] == before
+    for _, spec in specs:  # every category has partial checks, written after the full one
+        test = spec.final_test()
+        assert spec.partial_checks and test.count("\ndef test_partial_") == len(spec.partial_checks)
+        assert test.index(spec.final_checks) < test.index("def test_partial_")
+        compile(test, "test_final_state.py", "exec")

@@ -14,6 +14,27 @@ from collections.abc import Callable
 
 from runner.terminal.generator.spec import HOME, TaskSpec
 
+
+def _partial(name: str, body: str, args: str = "") -> str:
+    """One partial check (see TaskSpec.partial_checks): a test function of ``body``."""
+    return f"def test_partial_{name}({args}):\n{body}"
+
+
+def _text_partials(path: str, expected: str) -> list[str]:
+    """Partial checks of a file that must read ``expected``: it exists, and each expected
+    line is in its place (all implied by ``Path(path).read_text() == expected``)."""
+    checks = [_partial("exists", f"    assert Path({path!r}).is_file()\n")]
+    for k, line in enumerate(expected.splitlines()):
+        checks.append(
+            _partial(
+                f"line_{k + 1}",
+                f"    lines = Path({path!r}).read_text().splitlines()\n"
+                f"    assert len(lines) > {k} and lines[{k}] == {line!r}\n",
+            )
+        )
+    return checks
+
+
 WORDS = [
     "alpha",
     "bravo",
@@ -106,6 +127,15 @@ def archive_create(rng: random.Random) -> TaskSpec:
         f"            assert tar.extractfile(m).read().decode() == Path({HOME!r}, m).read_text()\n",
         [f"cd {HOME} && tar -czf {archive} {proj}/{sub}"],
         absent=[archive],
+        partial_checks=[
+            _partial("exists", f"    assert Path({archive!r}).is_file()\n"),
+            _partial(
+                "members",
+                f"    with tarfile.open({archive!r}, 'r:gz') as tar:\n"
+                f"        got = sorted(m.name.lstrip('./') for m in tar.getmembers() if m.isfile())\n"
+                f"    assert got == {members!r}\n",
+            ),
+        ],
     )
 
 
@@ -141,6 +171,11 @@ def archive_extract(rng: random.Random) -> TaskSpec:
         absent=[dest],
         extra_post=post,
         extra_initial=f"\n\ndef test_bundle_present():\n    assert Path({bundle!r}).is_file()\n",
+        partial_checks=[
+            _partial(f"file_{k + 1}", f"    assert Path({dest!r}, {n!r}).read_text() == {c!r}\n")
+            for k, (n, c) in enumerate(contents.items())
+        ]
+        + [_partial("archive_kept", f"    assert Path({bundle!r}).is_file()\n")],
     )
 
 
@@ -162,6 +197,7 @@ def text_grep(rng: random.Random) -> TaskSpec:
         f"def test_count():\n    assert Path({out!r}).read_text() == '{count}\\n'\n",
         [f"grep -cw '{word}' {src} > {out}"],
         absent=[out],
+        partial_checks=_text_partials(out, f"{count}\n"),
     )
 
 
@@ -193,6 +229,7 @@ def csv_aggregate(rng: random.Random) -> TaskSpec:
             f"awk -F, 'NR>1 {{s[$1]+=$3}} END {{for (k in s) print k \",\" s[k]}}' {src} | sort >> {out}",
         ],
         absent=[out],
+        partial_checks=_text_partials(out, expected),
     )
 
 
@@ -222,6 +259,7 @@ def json_filter(rng: random.Random) -> TaskSpec:
         f"def test_names():\n    assert Path({out!r}).read_text() == {expected!r}\n",
         [f"jq -r '.[] | select(.active and .age >= {min_age}) | .name' {src} | sort > {out}"],
         absent=[out],
+        partial_checks=_text_partials(out, expected),
     )
 
 
@@ -254,6 +292,7 @@ def log_status(rng: random.Random) -> TaskSpec:
         f"def test_report():\n    assert Path({out!r}).read_text() == {expected!r}\n",
         [f"awk '{{print $9}}' {src} | sort | uniq -c | awk '{{print $2\" \"$1}}' > {out}"],
         absent=[out],
+        partial_checks=_text_partials(out, expected),
     )
 
 
@@ -285,6 +324,15 @@ def permissions(rng: random.Random) -> TaskSpec:
         modes={p: "644" for p in files},
         extra_initial=f"\n\ndef test_modes_start_at_644():\n    import os, stat\n"
         f"    for p in {list(files)!r}:\n        assert stat.S_IMODE(os.stat(p).st_mode) == 0o644\n",
+        partial_checks=[
+            _partial(
+                f"mode_{k + 1}",
+                f"    assert oct(stat.S_IMODE(os.stat({p!r}).st_mode)) == oct(0o{m})\n",
+            )
+            for k, (p, m) in enumerate(
+                [(p, smode) for p in scripts] + [(p, cmode) for p in confs] + [(other, "644")]
+            )
+        ],
     )
 
 
@@ -312,6 +360,7 @@ def find_files(rng: random.Random) -> TaskSpec:
         f"def test_list():\n    assert Path({out!r}).read_text() == {expected!r}\n",
         [f"find {root} -type f -name '*.{ext}' | LC_ALL=C sort > {out}"],
         absent=[out],
+        partial_checks=_text_partials(out, expected),
     )
 
 
@@ -339,6 +388,7 @@ def sed_config(rng: random.Random) -> TaskSpec:
         {path: before},
         f"def test_config():\n    assert Path({path!r}).read_text() == {after!r}\n",
         [f"sed -i -e 's/^{target}=.*/{target}={new}/' -e 's/^{disable}=/# {disable}=/' {path}"],
+        partial_checks=_text_partials(path, after),
     )
 
 
@@ -363,6 +413,7 @@ def awk_columns(rng: random.Random) -> TaskSpec:
         f"def test_tsv():\n    assert Path({out!r}).read_text() == {expected!r}\n",
         [f'awk \'$2 == "{dept}" {{print $3 "\\t" $1}}\' {src} > {out}'],
         absent=[out],
+        partial_checks=_text_partials(out, expected),
     )
 
 
@@ -414,6 +465,18 @@ def script_writing(rng: random.Random) -> TaskSpec:
             f"chmod +x {script}",
         ],
         absent=[script],
+        partial_checks=[_partial("executable", f"    assert os.access({script!r}, os.X_OK)\n")]
+        + [
+            _partial(
+                f"case_{i + 1}",
+                f"    f = tmp_path / 'in.txt'\n"
+                f"    f.write_text({text!r})\n"
+                f"    out = subprocess.run([{script!r}, str(f)], capture_output=True, text=True, timeout=10)\n"
+                f"    assert out.returncode == 0 and out.stdout.strip() == {want!r}\n",
+                "tmp_path",
+            )
+            for i, (text, want) in enumerate(cases)
+        ],
     )
 
 
@@ -439,6 +502,9 @@ def processes(rng: random.Random) -> TaskSpec:
         [f"nohup {script} >/dev/null 2>&1 & echo $! > {pidfile}"],
         modes={script: "755"},
         absent=[pidfile],
+        partial_checks=[
+            _partial("pidfile", f"    assert int(Path({pidfile!r}).read_text().strip()) > 0\n")
+        ],
     )
 
 
@@ -465,6 +531,7 @@ def symlinks(rng: random.Random) -> TaskSpec:
         f"def test_link():\n    assert os.path.islink({link!r})\n    assert os.readlink({link!r}) == {newest!r}\n",
         [f"ln -sfn {newest} {link}"],
         absent=[link],
+        partial_checks=[_partial("is_link", f"    assert os.path.islink({link!r})\n")],
     )
 
 
@@ -483,6 +550,7 @@ def dedupe_sort(rng: random.Random) -> TaskSpec:
         f"def test_unique():\n    assert Path({out!r}).read_text() == {expected!r}\n",
         [f"sort -u {src} > {out}"],
         absent=[out],
+        partial_checks=_text_partials(out, expected),
     )
 
 

@@ -8,6 +8,9 @@ from pathlib import Path
 
 HOME = "/home/user"
 _EOF = "ES_EOF"
+_FINAL_IMPORTS = (
+    "import os\nimport stat\nimport subprocess\nimport tarfile\nfrom pathlib import Path\n\n\n"
+)
 
 
 @dataclass
@@ -23,6 +26,10 @@ class TaskSpec:
     absent: list[str] = field(default_factory=list)  # outputs that must not exist yet
     extra_post: list[str] = field(default_factory=list)  # shell lines after the files
     extra_initial: str = ""  # more initial-state checks
+    # partial checks: test functions each implied by final_checks, so that the fraction of
+    # the verifier's checks that pass (the graded reward) moves before the task is solved,
+    # while pass/fail (every check passes) is exactly final_checks'
+    partial_checks: list[str] = field(default_factory=list)
 
     def container_def(self) -> str:
         """Upstream style: Ubuntu 22.04, pytest installed, files written in %post."""
@@ -79,10 +86,13 @@ class TaskSpec:
         )
 
     def final_test(self) -> str:
-        return (
-            "import os\nimport stat\nimport subprocess\nimport tarfile\nfrom pathlib import Path\n\n\n"
-            + self.final_checks
-        )
+        return _FINAL_IMPORTS + self.final_checks + "".join("\n\n" + c for c in self.partial_checks)
+
+    def identity(self) -> str:
+        """What a task id hashes: the instruction, the environment and the full check. The
+        partial checks are left out (each is implied by the full check), so adding them kept
+        every generated id, and so every split, as it was."""
+        return self.description + self.container_def() + _FINAL_IMPORTS + self.final_checks
 
     def task_json(self, task_id: str) -> str:
         return json.dumps(

@@ -28,9 +28,7 @@ def generate_specs(
         for attempt in range(100):
             rng = random.Random(f"{seed}:{i}:{attempt}")
             spec = CATEGORIES[category](rng)
-            digest = hashlib.sha256(
-                (spec.description + spec.container_def() + spec.final_test()).encode()
-            ).hexdigest()
+            digest = hashlib.sha256(spec.identity().encode()).hexdigest()
             if digest not in seen:
                 seen.add(digest)
                 out.append((f"gen_{category}_{digest[:10]}", spec))
