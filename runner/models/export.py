@@ -104,6 +104,12 @@ def export_version(
     from runner.es import ESOptimizer
 
     m = run.config.model
+    if not (Path(m.path) / "config.json").is_file():
+        raise UserError(
+            f"the run's base model {m.path} is not there (no config.json): a version is its "
+            f"base weights plus the log; put them back there (the examples' warm start: "
+            f"'es-runner model pretrain')"
+        )
     try:
         model, tokenizer = load_model(m.path, m.dtype, device)
     except ModelLoadError as exc:

@@ -5,6 +5,7 @@ backend's; bad input is one line, exit 2, and leaves no folder behind."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import yaml
@@ -98,18 +99,25 @@ def test_bad_input_is_one_line_and_writes_nothing(run_dir, tmp_path, capsys):
     full = tmp_path / "full"
     full.mkdir()
     (full / "x").write_text("keep")
+    # a run whose base model is gone (a copy without its base weights)
+    moved = tmp_path / "moved"
+    shutil.copytree(run, moved)
+    config = yaml.safe_load((moved / "config.yaml").read_text())
+    config["model"]["path"] = str(tmp_path / "no_model")
+    (moved / "config.yaml").write_text(yaml.safe_dump(config))
     cases = [
         ((str(tmp_path / "nowhere"), str(tmp_path / "a")), "no such run directory"),
         ((str(run), "--version", "3", str(tmp_path / "b")), "the run has versions 0..2"),
         ((str(run), "--version", "-1", str(tmp_path / "c")), "the run has versions 0..2"),
         ((str(run), str(full)), "exists and is not empty"),
         ((str(tmp_path), str(tmp_path / "d")), "not a run directory"),
+        ((str(moved), str(tmp_path / "e")), "base model"),
     ]
     for args, expected in cases:
         code, err = export(*args, capsys=capsys)
         lines = err.strip().splitlines()
         assert code == 2 and len(lines) == 1 and expected in lines[0], err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["full"]  # no folder, no temp left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["full", "moved"]  # nothing written
     assert [p.name for p in full.iterdir()] == ["x"]
 
 
