@@ -30,9 +30,10 @@ Sections:
 5. **async**: a few asynchronous updates with a bounded-staleness policy (``bounded``,
    max_lag 1, drop: Natural Async-1) on a task that needs no container: the reward of a
    reply is its ``difflib`` similarity to ``<command>ls -la /home/user</command>``. The
-   policy is the simulator's own object, driven as the orchestrator's RunState drives it
-   (dispatch -> ``on_idle``, result -> ``on_result``, ``ready`` -> ``commit`` ->
-   ``UpdateRule.make``; seeds derived from the run seed by name, common random numbers);
+   policy is the simulator's own object, driven through the simulator's driver as the
+   orchestrator's RunState drives it (dispatch -> ``idle``, result -> ``land``, ``ready``
+   -> ``commit`` -> ``UpdateRule.make``; seeds derived from the run seed by name, common
+   random numbers);
    the orchestrator itself needs Docker tasks and pydantic, absent on the GPU machine.
 6. **vllm**: only if vLLM imports (and a GPU is there): the engine's start-up self-test,
    its base hash and a perturbation against the hf backend, throughput at 1 and 32
@@ -471,36 +472,42 @@ def section_ext(tab: Table, ctx: SimpleNamespace) -> None:
     w.es_close()
 
 
-def load_policies() -> tuple[Any, str]:
-    """The simulator's policy module; as a single file where the package's deps are missing."""
+def load_driver() -> tuple[Any, Any, str]:
+    """The simulator's policy and driver modules; as single files where the package's deps
+    are missing."""
     try:
-        from staleness_sim.core import policies
+        from staleness_sim.core import driver, policies
 
-        return policies, "staleness_sim.core.policies"
-    except ImportError as exc:  # the package __init__ needs pydantic / simpy; policies does not
-        path = REPO / "staleness_sim" / "core" / "policies.py"
-        spec = importlib.util.spec_from_file_location("staleness_sim_policies", path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod
-        spec.loader.exec_module(mod)
-        return mod, f"staleness_sim/core/policies.py loaded as a file ({exc})"
+        return policies, driver, "staleness_sim.core.policies, .driver"
+    except ImportError as exc:  # the package __init__ needs pydantic / simpy; these do not
+        mods = []
+        for name in ("policies", "driver"):
+            # under the package's names, so the driver's import of the policies finds the file
+            path = REPO / "staleness_sim" / "core" / f"{name}.py"
+            spec = importlib.util.spec_from_file_location(f"staleness_sim.core.{name}", path)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = mod
+            spec.loader.exec_module(mod)
+            mods.append(mod)
+        return *mods, f"staleness_sim/core/policies.py and driver.py loaded as files ({exc})"
 
 
 def section_async(tab: Table, ctx: SimpleNamespace) -> None:
-    policies, source = load_policies()
+    policies, drivers, source = load_driver()
     small = ctx.args.small
     workers, cohort_size, updates = 2, 2 if small else 3, 2 if small else 3
     episodes, concurrency = (2, 2) if small else (8, 8)
     es = {**ctx.es, "sigma": 0.05, "alpha": 0.01}
     rule = UpdateRule(sigma=es["sigma"], alpha=es["alpha"])
-    policy = policies.make_policy(
-        {"kind": "bounded", "max_lag": 1, "on_stale": "drop"}, cohort_size
+    run_seed = 0
+    # driven as RunState drives it, through the simulator's driver (no trace kept here)
+    driver = drivers.PolicyDriver(
+        policies.make_policy({"kind": "bounded", "max_lag": 1, "on_stale": "drop"}, cohort_size)
     )
     backends = [make_hf(ctx, es=es, max_new_tokens=min(ctx.tokens, 32)) for _ in range(workers)]
-    run_seed = 0
     log: list = []
+    cohorts: list = []
     jobs: dict[int, dict[str, Any]] = {}
-    verdicts: list[tuple[int, str, int]] = []
 
     def run_job(w: int, job: dict[str, Any]) -> float:
         b = backends[w]
@@ -525,9 +532,10 @@ def section_async(tab: Table, ctx: SimpleNamespace) -> None:
     idle = list(range(workers))
     running: dict[Any, tuple[int, int]] = {}
     with ThreadPoolExecutor(workers) as pool:
-        while policy.version < updates:
-            while idle:  # as RunState.dispatch: the policy decides, seeds are derived by name
-                decision = policy.on_idle(idle[0])
+        while driver.version < updates:
+            while idle:  # as RunState.dispatch
+                now = time.perf_counter() - t0
+                decision = driver.idle(idle[0], now)
                 if not isinstance(decision, policies.Start):
                     break
                 w = idle.pop(0)
@@ -540,20 +548,22 @@ def section_async(tab: Table, ctx: SimpleNamespace) -> None:
             for fut in done:
                 w, j = running.pop(fut)
                 jobs[j]["reward"] = fut.result()
-                verdict = policy.on_result(j)  # as RunState.land
-                verdicts.append((j, type(verdict).__name__, verdict.lag))
+                driver.land(j)  # as RunState.land
                 idle.append(w)
-                while policy.ready() and policy.version < updates:  # as RunState.commit
-                    cohort = policy.commit()
+                while driver.ready() and driver.version < updates:  # as RunState.commit
+                    cohort = driver.commit()
                     results = [Result(jobs[k]["seed"], jobs[k]["reward"], jobs[k]["version"])
                                for k in cohort.job_ids]  # fmt: skip
                     log.append(rule.make(results, cohort.version - 1))
+                    now = time.perf_counter() - t0
+                    driver.record_commit(cohort, time=now, commit_time=now)
+                    cohorts.append(cohort)
         for fut in list(running):  # the run ends: jobs in flight are cancelled, as RunState.end
             fut.result()
-            policy.on_cancel(running.pop(fut)[1])
+            driver.cancel(running.pop(fut)[1], "run ended")
     wall = time.perf_counter() - t0
-    accepted = [lag for _, v, lag in verdicts if v == "Accept"]
-    discarded = sum(1 for _, v, _ in verdicts if v == "Discard")
+    accepted = [lag for cohort in cohorts for lag in cohort.lags]
+    discarded = driver.counts["discarded"]
     for b in backends:
         b.sync(log)
     agree = len({b.weights_hash() for b in backends}) == 1

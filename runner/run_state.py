@@ -6,8 +6,9 @@ journalled events back through the same methods (:meth:`RunState.replay`), which
 rebuilds the scheduling policy's state exactly (it is a pure state machine) and checks
 that every decision comes out as it was recorded.
 
-The scheduling policy is the simulator's own (``staleness_sim.core.policies.make_policy``):
-the same classes the SimPy engine drives, called in the same order for the same events.
+The scheduling policy is the simulator's own (``staleness_sim.core.policies.make_policy``),
+driven by the simulator's own driver (``staleness_sim.core.driver.PolicyDriver``): the same
+classes and bookkeeping as the SimPy engine, called in the same order for the same events.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from runner.config import RunConfig
 from runner.es import Result, UpdateRecord, UpdateRule
 from runner.seeds import derive_seed
 from staleness_sim.core import policies
+from staleness_sim.core.driver import VERDICT_NAMES, PolicyDriver, cancel_reason
 from staleness_sim.core.trace import Trace, TraceRecorder
 
 EXTRA_JOB_COLUMNS = (
@@ -35,7 +37,6 @@ EXTRA_JOB_COLUMNS = (
     "tokens_out",
 )
 EXTRA_UPDATE_COLUMNS = ("mean_reward", "reward_std", "zero_update", "n_entries")
-_VERDICT = {policies.Accept: "accepted", policies.Discard: "discarded", policies.Defer: "deferred"}
 
 
 class ReplayMismatch(RuntimeError):
@@ -48,6 +49,7 @@ class RunState:
         self.rule = rule
         self.policy = policies.make_policy(config.policy, config.cohort, config.drain_every)
         self.rec = TraceRecorder(EXTRA_JOB_COLUMNS, EXTRA_UPDATE_COLUMNS)
+        self.driver = PolicyDriver(self.policy, self.rec, self._seed_of)
         self.log: list[UpdateRecord] = []
         self.episodes: list[dict[str, Any]] = []
         self.running: dict[
@@ -76,26 +78,29 @@ class RunState:
         self._workers[worker] = (state, t)
         return {"e": "state", "w": worker, "s": state, "t": t}
 
+    def _seed_of(self, job: int) -> int:
+        """A job's perturbation seed (an antithetic pair shares one), derived by name."""
+        cfg = self.config
+        return derive_seed(cfg.seed, "perturbation", job // 2 if cfg.es.antithetic else job)
+
     def dispatch(self, worker: int, t: float) -> dict[str, Any] | policies.Wait:
-        decision = self.policy.on_idle(worker)
+        decision = self.driver.idle(worker, t)
         if not isinstance(decision, policies.Start):
             return decision
         self._tick(t)
         job, version, cfg = decision.job_id, decision.version, self.config
-        antithetic = cfg.es.antithetic
         crn = ("version", version) if cfg.common_random_numbers else ("job", job)
         ev = {
             "e": "dispatch",
             "job": job,
             "w": worker,
             "version": version,
-            "seed": derive_seed(cfg.seed, "perturbation", job // 2 if antithetic else job),
-            "sign": -1 if antithetic and job % 2 else 1,
+            "seed": self._seed_of(job),
+            "sign": -1 if cfg.es.antithetic and job % 2 else 1,
             "sampling_seed": derive_seed(cfg.seed, "sampling", *crn),
             "task_seed": derive_seed(cfg.seed, "tasks", *crn),
             "t": t,
         }
-        self.rec.dispatch(job, worker, seed=ev["seed"], version=version, time=t)
         self.rec.set_job(job, sign=ev["sign"], sampling_seed=ev["sampling_seed"])
         self.running[job] = worker
         return ev
@@ -109,17 +114,11 @@ class RunState:
         """A finished job's result: the policy's verdict, then the trace."""
         self._tick(t)
         self.running.pop(job)
-        verdict = self.policy.on_result(job)
-        name = _VERDICT[type(verdict)]
         episodes = outcome["episodes"]
         self._rewards[job] = outcome["reward"]
-        self.rec.set_job(
+        verdict = self.driver.land(
             job,
             end_time=t,
-            completion_version=self.policy.version,
-            verdict=name,
-            lag=verdict.lag,
-            reason=verdict.reason,
             reward=outcome["reward"],
             episodes=len(episodes),
             episode_errors=sum(1 for e in episodes if e.get("error")),
@@ -130,12 +129,13 @@ class RunState:
         )
         self.episodes.extend(episodes)
         self.episodes_done += len(episodes)
+        name = VERDICT_NAMES[type(verdict)]
         return {"e": "result", "job": job, "t": t, **outcome, "verdict": name, "lag": verdict.lag}
 
     def commit(self, t: float) -> dict[str, Any]:
         """Close the complete cohort: the policy commits, the update rule makes the record."""
         self._tick(t)
-        cohort = self.policy.commit()
+        cohort = self.driver.commit()
         jobs = self.rec.jobs
         results = [
             Result(jobs["seed"][j], self._rewards[j], jobs["dispatch_version"][j], jobs["sign"][j])
@@ -143,23 +143,18 @@ class RunState:
         ]
         record = self.rule.make(results, cohort.version - 1)
         self.log.append(record)
-        for j, lag in zip(cohort.job_ids, cohort.lags, strict=True):
-            self.rec.set_job(j, verdict="accepted", lag=lag)
         rewards = np.array([r.reward for r in results])
-        self.rec.update(
-            version=cohort.version,
+        self.driver.record_commit(
+            cohort,
             time=t,
             commit_time=t,
-            cohort_size=cohort.size,
-            mean_lag=float(np.mean(cohort.lags)),
-            max_lag=int(max(cohort.lags)),
             mean_reward=float(rewards.mean()),
             reward_std=float(rewards.std()),
             zero_update=all(c == 0.0 for _, c in record.entries),
             n_entries=len(record.entries),
         )
         for j in cohort.cancel:
-            self._cancel(j, t, f"cancelled at version {cohort.version}: would exceed the bound")
+            self._cancel(j, t, cancel_reason(cohort.version))
         return {
             "e": "commit",
             "version": cohort.version,
@@ -238,10 +233,9 @@ class RunState:
         self.now = max(self.now, t)
 
     def _cancel(self, job: int, t: float, reason: str) -> None:
-        self.policy.on_cancel(job)
         self.running.pop(job, None)
         self.cancelled.add(job)
-        self.rec.set_job(job, end_time=t, reason=reason, verdict="cancelled")
+        self.driver.cancel(job, reason, end_time=t)
 
     def _stop_all(self, t: float, reason: str) -> None:
         for job in list(self.running):

@@ -41,12 +41,11 @@ import numpy as np
 import simpy
 
 from staleness_sim.cohort.config import Scenario
-from staleness_sim.core.policies import Accept, Cohort, Defer, Discard, Start, make_policy
+from staleness_sim.core.driver import PolicyDriver, cancel_reason
+from staleness_sim.core.policies import Cohort, Start, make_policy
 from staleness_sim.core.settings import scenario_dict
 from staleness_sim.core.trace import Trace, TraceRecorder
 from staleness_sim.durations import DirectJob, make_duration, make_job
-
-_VERDICT_NAMES = {Accept: "accepted", Discard: "discarded", Defer: "deferred"}
 
 
 class DurationStream:
@@ -91,7 +90,8 @@ def duration_stream(scenario: Scenario, job=None) -> DurationStream:
 
 @dataclass
 class Counters:
-    """The engine's own tallies, kept independently of the trace (a cross-check for metrics)."""
+    """The run's tallies (the driver's verdict counts, the engine's time in each state),
+    counted as the run goes rather than read from the trace (a cross-check for metrics)."""
 
     accepted: int = 0
     discarded: int = 0
@@ -127,6 +127,7 @@ class Simulation:
         self.env = env = simpy.Environment()
         self.policy = make_policy(sc.policy, sc.cohort, sc.drain_every)
         self.rec = TraceRecorder()
+        self.driver = PolicyDriver(self.policy, self.rec)
         self._queue: deque[tuple[int, simpy.Event]] = deque()
         self._available = {0: 0.0}  # version -> time its weights are available
         self._running: dict[int, simpy.Process] = {}
@@ -151,10 +152,8 @@ class Simulation:
             self._set_state(w, "idle")
             # Fast path: with nobody ahead in the queue, ask the policy directly instead of
             # through a ticket event (same decision, one SimPy step fewer per job).
-            start = None if self._queue else self.policy.on_idle(w)
-            if isinstance(start, Start):
-                self._record_start(w, start)
-            else:
+            start = None if self._queue else self.driver.idle(w, env.now)
+            if not isinstance(start, Start):
                 ticket = env.event()
                 self._queue.append((w, ticket))
                 self._pump()
@@ -170,7 +169,7 @@ class Simulation:
                 self._set_state(w, "syncing")
                 yield env.timeout(ready - env.now)
             if job in self._cancelled:  # cancelled while the worker was still syncing
-                self.rec.set_job(job, end_time=env.now, reason=self._cancelled.pop(job))
+                self.driver.stopped(job, self._cancelled.pop(job), end_time=env.now)
                 continue
             self._set_state(w, "busy")
             self.rec.set_job(job, start_time=env.now)
@@ -184,7 +183,7 @@ class Simulation:
                 else:
                     yield self._share(job, duration)
             except simpy.Interrupt as stop:
-                self.rec.set_job(job, end_time=env.now, reason=str(stop.cause))
+                self.driver.stopped(job, str(stop.cause), end_time=env.now)
                 continue
             finally:
                 self._running.pop(job, None)
@@ -192,7 +191,7 @@ class Simulation:
                     self._unshare(job)
             self.rec.set_job(job, end_time=env.now)
             if self._finished:
-                self.rec.set_job(job, reason="landed after the last update")
+                self.driver.stopped(job, "landed after the last update")
             else:
                 self._land(job)
         self._set_state(w, "idle")  # the run is over for this worker: idle until the end
@@ -253,57 +252,26 @@ class Simulation:
     def _pump(self) -> None:
         """Serve waiting workers in order until the policy says Wait."""
         while self._queue and not self._finished:
-            w = self._queue[0][0]
-            decision = self.policy.on_idle(w)
+            # The driver records the dispatch when the policy decides, not when the worker's
+            # process resumes: another worker may be handed a later job id in between.
+            decision = self.driver.idle(self._queue[0][0], self.env.now)
             if not isinstance(decision, Start):
                 return
-            self._record_start(w, decision)
             self._queue.popleft()[1].succeed(decision)
 
-    def _record_start(self, w: int, start: Start) -> None:
-        # Recorded when the policy decides, not when the worker's process resumes: another
-        # worker may be handed a later job id in between (job ids are recorded in order).
-        self.rec.dispatch(
-            start.job_id, w, seed=start.job_id, version=start.version, time=self.env.now
-        )
-
     def _land(self, job: int) -> None:
-        verdict = self.policy.on_result(job)
-        name = _VERDICT_NAMES[type(verdict)]
-        self.rec.set_job(
-            job,
-            completion_version=self.policy.version,
-            lag=verdict.lag,
-            reason=verdict.reason,
-            verdict=name,
-        )
-        if name != "accepted":  # accepted results are counted when their cohort commits
-            setattr(self.counters, name, getattr(self.counters, name) + 1)
-        while self.policy.ready() and not self._finished:
-            self._commit(self.policy.commit())
+        self.driver.land(job)
+        while self.driver.ready() and not self._finished:
+            self._commit(self.driver.commit())
 
     def _commit(self, cohort: Cohort) -> None:
         now = self.env.now
         applied = max(now, self._available[cohort.version - 1]) + self.scenario.update_seconds
         self._available[cohort.version] = applied
-        for job, lag in zip(cohort.job_ids, cohort.lags, strict=True):
-            if self.rec.jobs["verdict"][job] == "deferred":
-                self.counters.deferred -= 1
-            self.rec.set_job(job, verdict="accepted", lag=lag)
-        self.counters.accepted += cohort.size
-        self.counters.commits += 1
-        lags = np.asarray(cohort.lags)
-        self.rec.update(
-            version=cohort.version,
-            time=applied,
-            commit_time=now,
-            cohort_size=cohort.size,
-            mean_lag=float(lags.mean()),
-            max_lag=int(lags.max()),
-        )
+        self.driver.record_commit(cohort, time=applied, commit_time=now)
         for job in cohort.cancel:
-            self.policy.on_cancel(job)
-            why = f"cancelled at version {cohort.version}: would exceed the bound"
+            why = cancel_reason(cohort.version)
+            self.driver.cancel(job, why)
             if job in self._running:
                 self._running[job].interrupt(why)
             else:
@@ -333,8 +301,10 @@ class Simulation:
         for w, (state, since) in enumerate(self._state):
             self._close(w, state, since, end)
         for job in self._running:
-            self.rec.set_job(job, end_time=end, reason="run ended")
+            self.driver.stopped(job, "run ended", end_time=end)
         c = self.counters
+        for name, n in self.driver.counts.items():
+            setattr(c, name, n)
         c.cancelled = len(self.rec.jobs["job_id"]) - c.accepted - c.discarded - c.deferred
         c.busy_s, c.idle_s, c.syncing_s = (self._time_in[s] for s in ("busy", "idle", "syncing"))
         meta = {

@@ -8,6 +8,7 @@ from collections import deque
 
 import numpy as np
 
+from staleness_sim.core.driver import PolicyDriver, cancel_reason
 from staleness_sim.core.policies import Start, make_policy
 from staleness_sim.core.trace import (
     Trace,
@@ -30,7 +31,6 @@ from staleness_sim.queue.parts import (
 # -- the cohort rule: an ES policy forms the batches ------------------------------------
 
 _LAND, _BEGIN = 0, 1
-_VERDICT_NAMES = {"Accept": "accepted", "Discard": "discarded", "Defer": "deferred"}
 
 
 class CohortRun:
@@ -51,6 +51,7 @@ class CohortRun:
         C = sc.rollout.concurrency
         self.policy = make_policy(sc.queue.policy, sc.trainer.batch, sc.queue.drain_every)
         self.rec = TraceRecorder(EXTRA_JOB_COLUMNS)
+        self.driver = PolicyDriver(self.policy, self.rec)
         self.available = [0.0]  # version -> when its weights are available
         self.heap: list[tuple[float, int, int, int, int]] = []  # (time, seq, kind, job, slot)
         self.seq = 0
@@ -78,7 +79,7 @@ class CohortRun:
             raise RuntimeError("queue pipeline stalled: the policy never completed a cohort")
         self.slots.close(self.end)
         for job in self.running:
-            self.rec.set_job(job, end_time=self.end, reason="run ended")
+            self.driver.stopped(job, "run ended", end_time=self.end)
         meta = trace_meta(self.sc, self.job, self.step_model, self.end)
         trace = self.rec.trace(meta)
         trace.workers = self.slots.frame()
@@ -95,14 +96,13 @@ class CohortRun:
 
     def _pump(self, now: float) -> None:
         while self.idle and not self.finished:
-            decision = self.policy.on_idle(self.idle[0])
+            decision = self.driver.idle(self.idle[0], now)
             if not isinstance(decision, Start):
                 return
             self._dispatch(self.idle.popleft(), decision, now)
 
     def _dispatch(self, slot: int, start: Start, now: float) -> None:
         job, version = start.job_id, start.version
-        self.rec.dispatch(job, slot, seed=job, version=version, time=now)
         self.rec.set_job(job, group=job)
         ready = max(now, self.available[version]) + self.sc.rollout.sync_seconds * (
             version - self.synced[slot]
@@ -116,7 +116,7 @@ class CohortRun:
 
     def _begun(self, job: int, slot: int, now: float) -> None:
         if job in self.cancel_pending:  # cancelled while its slot was syncing
-            self.rec.set_job(job, end_time=now, reason=self.cancel_pending.pop(job))
+            self.driver.stopped(job, self.cancel_pending.pop(job), end_time=now)
             self._to_idle(slot, now)
             return
         self.slots.set(slot, BUSY, now)
@@ -137,20 +137,13 @@ class CohortRun:
         del self.running[job]
         self.rec.set_job(job, end_time=now, generated=True, group_end_time=now)
         if self.finished:
-            self.rec.set_job(job, reason="landed after the last update")
+            self.driver.stopped(job, "landed after the last update")
             self.slots.set(slot, IDLE, now)
             return
-        verdict = self.policy.on_result(job)
-        self.rec.set_job(
-            job,
-            completion_version=self.policy.version,
-            lag=verdict.lag,
-            reason=verdict.reason,
-            verdict=_VERDICT_NAMES[type(verdict).__name__],
-        )
+        self.driver.land(job)
         stopped: list[int] = []
-        while self.policy.ready() and not self.finished:
-            stopped += self._commit(self.policy.commit(), now)
+        while self.driver.ready() and not self.finished:
+            stopped += self._commit(self.driver.commit(), now)
         self._to_idle(slot, now)
         for other in stopped:  # slots of cancelled jobs, in the order they were stopped
             self._to_idle(other, now)
@@ -158,26 +151,16 @@ class CohortRun:
     def _commit(self, cohort, now: float) -> list[int]:
         applied = max(now, self.available[cohort.version - 1]) + self.steps.next()
         self.available.append(applied)
-        for job, lag in zip(cohort.job_ids, cohort.lags, strict=True):
-            self.rec.set_job(job, verdict="accepted", lag=lag, take_time=now)
-        lags = np.asarray(cohort.lags)
-        self.rec.update(
-            version=cohort.version,
-            time=applied,
-            commit_time=now,
-            cohort_size=cohort.size,
-            mean_lag=float(lags.mean()),
-            max_lag=int(lags.max()),
-        )
+        self.driver.record_commit(cohort, time=applied, commit_time=now, job_row={"take_time": now})
         stopped = []
         for job in cohort.cancel:
-            self.policy.on_cancel(job)
-            why = f"cancelled at version {cohort.version}: would exceed the bound"
-            if job in self.running:
-                self.rec.set_job(job, end_time=now, reason=why)
+            why = cancel_reason(cohort.version)
+            self.driver.cancel(job, why)
+            if job in self.running:  # it stops now
+                self.rec.set_job(job, end_time=now)
                 self.interrupted.add(job)
                 stopped.append(self.running.pop(job))
-            else:
+            else:  # it stops once its slot has synced
                 self.cancel_pending[job] = why
         if cohort.version >= self.sc.updates:
             self.finished = True

@@ -70,7 +70,7 @@ def test_gpu_check_small_runs_on_cpu_and_prints_one_table(tmp_path):
         if k.startswith("ext.") and k not in ("ext.seconds", "ext.push_s")
     )
     assert results["async.updates"] == 2 and results["async.workers_agree"] is True
-    assert "policies.py loaded as a file" in next(
+    assert "policies.py and driver.py loaded as files" in next(
         r["note"] for r in doc["rows"] if r["check"] == "async.policy"
     )
     assert results["vllm.status"] == "skipped"
