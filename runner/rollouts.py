@@ -50,6 +50,12 @@ EPISODE_COLUMNS = (
     "verify_s",
     "start_time",
     "end_time",
+    # per turn, in order (the turn model's fit: staleness_sim.validation.turn_fit)
+    "turn_start",
+    "turn_gen_s",
+    "turn_tokens_in",
+    "turn_tokens_out",
+    "turn_command_s",
 )
 
 
@@ -83,6 +89,10 @@ class SessionStats:
     tokens_out: int = 0
     generation_s: float = 0.0
     truncated_turns: int = 0
+    turn_start: list[float] = field(default_factory=list)  # run clock at each request
+    turn_gen_s: list[float] = field(default_factory=list)
+    turn_tokens_in: list[int] = field(default_factory=list)
+    turn_tokens_out: list[int] = field(default_factory=list)
 
 
 class SessionAgent:
@@ -92,8 +102,10 @@ class SessionAgent:
     members sharing a sampling seed draw the same random numbers for the same task.
     """
 
-    def __init__(self, batcher: SessionBatcher, seed: int) -> None:
-        self.batcher, self.seed = batcher, seed
+    def __init__(
+        self, batcher: SessionBatcher, seed: int, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self.batcher, self.seed, self.clock = batcher, seed, clock
         self.stats = SessionStats()
         self.opened = False
 
@@ -102,12 +114,18 @@ class SessionAgent:
             self.batcher.open_session()
             self.opened = True
         turn = sum(1 for m in messages if m["role"] == "assistant")
-        t0 = time.perf_counter()
+        start, t0 = self.clock(), time.perf_counter()
         out = self.batcher.generate(GenerationRequest(messages, derive_seed(self.seed, turn)))
-        self.stats.generation_s += time.perf_counter() - t0
-        self.stats.tokens_in += out.tokens_in
-        self.stats.tokens_out += out.tokens_out
-        self.stats.truncated_turns += out.truncated
+        seconds = time.perf_counter() - t0
+        s = self.stats
+        s.generation_s += seconds
+        s.tokens_in += out.tokens_in
+        s.tokens_out += out.tokens_out
+        s.truncated_turns += out.truncated
+        s.turn_start.append(start)
+        s.turn_gen_s.append(seconds)
+        s.turn_tokens_in.append(out.tokens_in)
+        s.turn_tokens_out.append(out.tokens_out)
         return out.text
 
     def close(self) -> None:
@@ -179,6 +197,11 @@ def episode_row(
         "verify_s": rec.verify_s,
         "start_time": start,
         "end_time": end,
+        "turn_start": list(stats.turn_start),
+        "turn_gen_s": list(stats.turn_gen_s),
+        "turn_tokens_in": list(stats.turn_tokens_in),
+        "turn_tokens_out": list(stats.turn_tokens_out),
+        "turn_command_s": [t.duration_s for t in rec.transcript],
     }
 
 
@@ -198,7 +221,7 @@ def run_job(
     """Evaluate ``job`` (perturbed unless ``perturb`` is False: evaluation of the weights)."""
 
     def episode(index: int, task: Task) -> tuple[dict[str, Any], dict[str, Any]]:
-        agent = SessionAgent(batcher, derive_seed(job.sampling_seed, index))
+        agent = SessionAgent(batcher, derive_seed(job.sampling_seed, index), clock)
         start = clock()
         try:
             rec = run_episode(

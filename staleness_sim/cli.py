@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from staleness_sim.config import ConfigError, Scenario, load_scenario
 from staleness_sim.core.trace import TraceError
@@ -76,7 +77,8 @@ def _add_run_model(p: argparse.ArgumentParser, prefix: str = "") -> None:
         choices=DURATION_MODELS,
         default="empirical",
         help=prefix + "job-duration model: the measured durations resampled (default), the "
-        "family chosen by --criterion, or fitted episodes composed into jobs",
+        "family chosen by --criterion, fitted episodes composed into jobs, or the turn model "
+        "(episodes of turns sharing one engine, fitted to the run: docs/turns.md)",
     )
     p.add_argument(
         "--criterion",
@@ -261,12 +263,36 @@ def _add_fit(p: argparse.ArgumentParser) -> None:
     p.add_argument("--criterion", choices=("aic", "bic"), default="aic")
     p.add_argument("--plot", type=Path, help="write a goodness-of-fit figure (PNG) here")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--durations",
+        choices=("family", "turns"),
+        default="family",
+        help="family: a duration law fitted by maximum likelihood (default); turns: the turn "
+        "model of a run directory (its episodes and its engine's decode curve)",
+    )
+
+
+def _fit_turns(args: argparse.Namespace) -> int:
+    from staleness_sim.validation import read_run
+    from staleness_sim.validation.turn_fit import turn_job
+
+    if not args.data.is_dir():
+        raise ValueError(f"--durations turns fits a run directory, got {args.data}")
+    job, what = turn_job(read_run(args.data))
+    if args.json:
+        print(json.dumps({"job": job, "description": what}))
+    else:
+        print(what)
+        print(yaml.safe_dump({"engine": job["engine"]}, sort_keys=False).rstrip())
+    return 0
 
 
 def _fit(args: argparse.Namespace) -> int:
     from staleness_sim.durations import read_column
     from staleness_sim.validation.fitting import fit_durations
 
+    if args.durations == "turns":
+        return _fit_turns(args)
     censored = None
     if args.data.is_dir():
         values, censored = _trace_durations(args.data, args.column)

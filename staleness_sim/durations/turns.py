@@ -47,8 +47,11 @@ class TurnTable(BaseModel):
     start_s: list[float] | None = None  # per episode, before the first turn
     end_s: list[float] | None = None  # per episode, after the last command
     # random: every episode resamples a row; cycle: episode j of a job takes row j mod n
-    # (a measured job replayed in its own order)
     order: Literal["random", "cycle"] = "random"
+    # The measured job each episode came from: then a simulated job draws one measured job
+    # and replays its episodes in their order (cycling), so that what the episodes of one
+    # job share (the machine's load at the time, the tasks) stays shared.
+    job: list[int] | None = None
 
     @field_validator("prompt_tokens", "reply_tokens", "command_s", "start_s", "end_s")
     @classmethod
@@ -63,7 +66,7 @@ class TurnTable(BaseModel):
     @model_validator(mode="after")
     def _same_length(self) -> TurnTable:
         n = len(self.turns)
-        for name in ("prompt_tokens", "reply_tokens", "command_s", "start_s", "end_s"):
+        for name in ("prompt_tokens", "reply_tokens", "command_s", "start_s", "end_s", "job"):
             v = getattr(self, name)
             if v is not None and len(v) != n:
                 raise ValueError(f"{name} has {len(v)} values, turns has {n}")
@@ -111,10 +114,29 @@ class _Table:
         self.start = np.asarray(t.start_s or zeros, dtype=np.float64)
         self.end = np.asarray(t.end_s or zeros, dtype=np.float64)
         self.cycle = t.order == "cycle"
+        self.groups = None
+        if t.job is not None:  # rows of each measured job, in table order
+            order = np.argsort(np.asarray(t.job), kind="stable")
+            _, first, size = np.unique(
+                np.asarray(t.job)[order], return_index=True, return_counts=True
+            )
+            self.groups, self.first, self.size = order, first, size
+        self.chosen = np.zeros(0, np.int64)
 
-    def episodes(self, rng: np.random.Generator, number: np.ndarray):
+    def new_block(self, rng: np.random.Generator, n: int) -> None:
+        """A new block of ``n`` jobs: each draws the measured job it replays."""
+        if self.groups is not None:
+            self.chosen = rng.integers(0, len(self.size), n)
+
+    def episodes(self, rng: np.random.Generator, number: np.ndarray, jobs: np.ndarray):
         n = len(self.turns)
-        row = number % n if self.cycle else rng.integers(0, n, len(number))
+        if self.groups is not None:
+            g = self.chosen[jobs]
+            row = self.groups[self.first[g] + number % self.size[g]]
+        elif self.cycle:
+            row = number % n
+        else:
+            row = rng.integers(0, n, len(number))
         return self.turns[row], self.start[row], self.end[row], row
 
     def turn(self, rng: np.random.Generator, row: np.ndarray):
@@ -124,6 +146,10 @@ class _Table:
         return self.command[row]
 
     def describe(self) -> str:
+        if self.groups is not None:
+            return (
+                f"{len(self.size)} measured jobs' {len(self.turns)} episodes, a job resampled whole"
+            )
         how = "taken in order" if self.cycle else "resampled whole"
         return f"{len(self.turns)} measured episodes {how}"
 
@@ -138,7 +164,10 @@ class _Drawn:
         self.start = make_duration(s.start_s) if s.start_s is not None else None
         self.end = make_duration(s.end_s) if s.end_s is not None else None
 
-    def episodes(self, rng: np.random.Generator, number: np.ndarray):
+    def new_block(self, rng: np.random.Generator, n: int) -> None:
+        pass
+
+    def episodes(self, rng: np.random.Generator, number: np.ndarray, jobs: np.ndarray):
         n = len(number)
         turns = np.maximum(1, np.rint(self.count.sample(rng, n))).astype(np.int64)
         start = self.start.sample(rng, n) if self.start is not None else np.zeros(n)
@@ -215,7 +244,7 @@ class TurnJob:
         def begin(idx: np.ndarray, number: np.ndarray) -> None:
             """Start episodes ``number`` (of their jobs) in sessions ``idx``: their start,
             then turn 0's prefill."""
-            turns, start, end, r = src.episodes(rng, number)
+            turns, start, end, r = src.episodes(rng, number, idx % n)
             p, rep = src.turn(rng, r)
             now = t[idx % n]
             nturns[idx], end_s[idx], row[idx], seg[idx] = turns, end, r, 0
@@ -230,6 +259,7 @@ class TurnJob:
             held[:] -= np.bincount(jobs, weights=ctx[idx], minlength=n)
             dec[idx], target[idx], ctx[idx] = False, inf, 0.0
 
+        src.new_block(rng, n)
         begin(np.arange(size), np.arange(size) // n)
         live = np.ones(n, bool)
         while live.any():

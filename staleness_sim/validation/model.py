@@ -1,6 +1,6 @@
 """What the simulator takes from a measured run (:class:`RunModel`): the job-duration model
-(the empirical distribution by default, a fitted family, or fitted episodes composed into
-jobs), the run's own costs (``update_seconds``, ``sync_seconds``, ``dispatch_seconds``),
+(the empirical distribution by default, a fitted family, fitted episodes composed into
+jobs, or the turn model: ``turn_fit``), the run's own costs (``update_seconds``, ``sync_seconds``, ``dispatch_seconds``),
 where the jobs of one dispatch version move together a per-version factor, and the
 scenario they make with the run's own settings."""
 
@@ -27,8 +27,9 @@ from staleness_sim.validation.run import (
     need_jobs,
     read_run,
 )
+from staleness_sim.validation.turn_fit import turn_job
 
-DURATION_MODELS = ("empirical", "fitted", "episodes")
+DURATION_MODELS = ("empirical", "fitted", "episodes", "turns")
 VERSION_EFFECT = ("auto", "on", "off")
 VERSION_EFFECT_P = 0.05  # auto: a shared factor when the one-way ANOVA F test says so
 GROUP_WINDOW = 0.25  # jobs of a version starting within this many median durations: a group
@@ -97,13 +98,16 @@ def model_from_run(
             raise ValueError(f"capacity must be > 0, got {capacity}")
         if durations == "episodes":
             raise ValueError("capacity (contention) works with job durations, not episodes")
-        values = solo_durations(run, jobs, capacity)
+        solo = solo_durations(run, jobs, capacity)
+        # the turn model takes each job's episodes at its solo pace
+        scale = dict(zip(jobs["job_id"].astype(int), solo / np.maximum(values, 1e-12), strict=True))
+        values = solo
     window = GROUP_WINDOW * float(np.median(values))
     factors, residuals, p = split_by_group(values, start_groups(jobs, window))
     use_effect = math.isfinite(p) and (
         version_effect == "on" or (version_effect == "auto" and p < VERSION_EFFECT_P)
     )
-    if durations == "episodes":
+    if durations in ("episodes", "turns"):
         use_effect = False  # episodes are composed into jobs; no shared factor there
     base = residuals if use_effect else values
     if durations == "fitted" and use_effect:
@@ -121,6 +125,8 @@ def model_from_run(
             spec["cap"] = float(values[censored].max())
         job = {"duration": spec}
         what = f"{spec['dist']} fitted to {len(base)} job durations by {criterion.upper()}"
+    elif durations == "turns":
+        job, what = turn_job(run, scale if capacity is not None else None)
     else:
         job, table, what = _episodic_job(run, criterion)
     effect = None

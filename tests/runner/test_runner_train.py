@@ -68,6 +68,13 @@ def test_sync_run_drives_the_simulators_policy_and_skips_broken_tasks(
     assert list(episodes.columns[: len(contract)]) == contract
     assert (episodes["tokens_out"] > 0).all() and (episodes["turns"] >= 1).all()
     assert (episodes["generation_s"] > 0).all() and (episodes["container_s"] > 0).all()
+    # per turn, for the turn model's fit: one entry a turn, adding up to the episode's
+    for e in episodes.itertuples():
+        assert len(e.turn_start) == len(e.turn_gen_s) == len(e.turn_tokens_out) == e.turns
+        assert sum(e.turn_tokens_out) == e.tokens_out and sum(e.turn_tokens_in) == e.tokens_in
+        assert abs(sum(e.turn_gen_s) - e.generation_s) < 1e-9
+        assert e.start_time <= e.turn_start[0] and e.turn_start[-1] <= e.end_time
+        assert list(e.turn_start) == sorted(e.turn_start)
     # common random numbers: members dispatched at one version share tasks and sampling seed
     for _, group in episodes.groupby("version"):
         per_job = group.sort_values("index").groupby("job_id")["task_id"].apply(tuple)

@@ -1,0 +1,153 @@
+"""The turn model of a measured run (``--durations turns``), from its ``episodes.parquet``
+alone.
+
+- **Episodes**: one table row per episode of a completed job, resampled a measured job at a
+  time (a simulated job replays one measured job's episodes in order, so what they shared,
+  the machine's load and the tasks, stays shared): its turns, its prompt and reply tokens
+  per turn (``tokens_in / turns``, ``tokens_out / turns``), its command seconds per turn
+  (``container_s`` less the sandbox start and the verifier), ``start_s`` (the sandbox
+  start and what the episode spent outside generation and containers) and ``end_s`` (the
+  verifier).
+- **Engine**: the decode curve is estimated from the batch sizes the run itself went
+  through, not benchmarked: a benchmark measures the engine alone, while a run's
+  generation seconds carry what the run shared the machine with (containers, other
+  workers), which is what a prediction of the run needs. See :func:`generation_samples`
+  for the batch each generation saw and :func:`fit_engine` for the curve.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import optimize
+
+from staleness_sim.core.trace import TraceError
+from staleness_sim.validation.run import MeasuredRun, completed_jobs, need_jobs
+
+NEEDS = ("job_id", "index", "turns", "tokens_in", "tokens_out", "generation_s",
+         "container_s", "sandbox_start_s", "verify_s", "duration_s", "start_time",
+         "end_time")  # fmt: skip
+
+
+def run_episodes(run: MeasuredRun, scale: dict[int, float] | None = None) -> pd.DataFrame:
+    """The episodes of completed jobs (by job, then index), their times multiplied by the
+    job's ``scale`` (solo over measured, under contention) where given."""
+    if run.episodes is None or not len(run.episodes):
+        raise TraceError(f"{run.folder}: durations 'turns' needs episodes.parquet")
+    missing = [c for c in NEEDS if c not in run.episodes]
+    if missing:
+        raise TraceError(f"{run.folder}/episodes.parquet lacks column(s): {', '.join(missing)}")
+    for key in ("episodes_per_job", "concurrency"):
+        if key not in run.config:
+            raise TraceError(f"{run.folder}: meta.json config lacks {key}")
+    done = set(completed_jobs(run)["job_id"])
+    eps = run.episodes[run.episodes["job_id"].isin(done) & (run.episodes["turns"] > 0)]
+    eps = eps.sort_values(["job_id", "index"], kind="stable").reset_index(drop=True)
+    need_jobs(run, eps["job_id"].nunique(), "completed job with episodes")
+    if scale:
+        f = eps["job_id"].map(scale).fillna(1.0).to_numpy(float)
+        for col in ("generation_s", "container_s", "sandbox_start_s", "verify_s", "duration_s"):
+            eps[col] = eps[col].to_numpy(float) * f
+    return eps
+
+
+def _mean_load(start: np.ndarray, end: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """For each interval, the time average over it of the summed weights of the intervals
+    open at each moment (itself included)."""
+    times = np.unique(np.concatenate([start, end]))
+    order_s, order_e = np.argsort(start), np.argsort(end)
+    opened = np.concatenate([[0.0], np.cumsum(weight[order_s])])
+    closed = np.concatenate([[0.0], np.cumsum(weight[order_e])])
+    # load on [times[k], times[k + 1]): weights opened at or before, not yet closed
+    load = (
+        opened[np.searchsorted(start[order_s], times[:-1], side="right")]
+        - closed[np.searchsorted(end[order_e], times[:-1], side="right")]
+    )
+    work = np.concatenate([[0.0], np.cumsum(load * np.diff(times))])
+    span = np.maximum(end - start, 1e-12)
+    return (np.interp(end, times, work) - np.interp(start, times, work)) / span
+
+
+def per_turn(eps: pd.DataFrame) -> bool:
+    """Whether the run recorded each turn's generation (``turn_start``, ``turn_gen_s``...)."""
+    cols = ("turn_start", "turn_gen_s", "turn_tokens_out")
+    return all(c in eps for c in cols) and bool(
+        eps["turn_gen_s"].map(lambda x: x is not None and len(x)).eq(eps["turns"]).all()
+    )
+
+
+def turn_samples(eps: pd.DataFrame) -> pd.DataFrame:
+    """(tokens_out, generation seconds, mean batch) of every turn: its batch is the time
+    average of its job's generations open at once (a job has the worker's engine to
+    itself), itself included."""
+    rows = []
+    for _, job in eps.groupby("job_id", sort=False):
+        start = np.concatenate(job["turn_start"].to_numpy()).astype(float)
+        gen = np.concatenate(job["turn_gen_s"].to_numpy()).astype(float)
+        out = np.concatenate(job["turn_tokens_out"].to_numpy()).astype(float)
+        batch = _mean_load(start, start + gen, np.ones(len(gen)))
+        rows.append(pd.DataFrame({"out": out, "gen_s": gen, "batch": batch}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def fit_engine(eps: pd.DataFrame, concurrency: int) -> tuple[dict[str, Any], str]:
+    """The curve and how it was found.
+
+    With per-turn records: two points, batch 1 and ``concurrency`` (linear beyond), by
+    non-negative least squares of each turn's generation seconds on ``tokens_out * (a + s
+    * (batch - 1))``. Without them the batch each generation saw is unknown (a run at one
+    concurrency has its sessions generate in step), so the slope cannot be told from the
+    rate: the curve is flat at the run's mean seconds per reply token, which reproduces
+    the run at its own concurrency and predicts no batching cost elsewhere. Either way the
+    prefill stays in the decode rate: within a run the prompt a reply token comes with
+    barely changes, so the two are not told apart.
+    """
+    top = max(2, int(concurrency))
+    if per_turn(eps):
+        g = turn_samples(eps)
+        g = g[g["out"] > 0]
+        a = np.column_stack([g["out"], g["out"] * (g["batch"] - 1.0)])
+        (base, slope), _ = optimize.nnls(a, g["gen_s"].to_numpy(float))
+        how = f"fitted to the batches its {len(g)} turns went through"
+    else:
+        base, slope = eps["generation_s"].sum() / max(eps["tokens_out"].sum(), 1), 0.0
+        how = "flat: the run has no per-turn records to tell the batching cost"
+    if not base > 0:
+        raise TraceError("durations 'turns': the run's generation seconds give no decode rate")
+    curve = {"batch": [1, top], "step_s": [float(base), float(base + slope * (top - 1))]}
+    return {"curve": curve}, how
+
+
+def episode_table(eps: pd.DataFrame) -> dict[str, Any]:
+    turns = eps["turns"].to_numpy(int)
+    commands = eps["container_s"] - eps["sandbox_start_s"] - eps["verify_s"]
+    other = eps["duration_s"] - eps["generation_s"] - eps["container_s"]
+    col = lambda x: [float(v) for v in np.maximum(np.asarray(x, float), 0.0)]  # noqa: E731
+    return {
+        "turns": [int(t) for t in turns],
+        "prompt_tokens": col(eps["tokens_in"] / turns),
+        "reply_tokens": col(eps["tokens_out"] / turns),
+        "command_s": col(commands / turns),
+        "start_s": col(eps["sandbox_start_s"] + other),
+        "end_s": col(eps["verify_s"]),
+        "job": [int(j) for j in eps["job_id"]],
+    }
+
+
+def turn_job(run: MeasuredRun, scale: dict[int, float] | None = None) -> tuple[dict, str]:
+    """The scenario's ``job`` (turns on an engine) and a line describing it."""
+    eps = run_episodes(run, scale)
+    d, c = int(run.config["episodes_per_job"]), int(run.config["concurrency"])
+    engine, how = fit_engine(eps, c)
+    turns: dict[str, Any] = {"table": episode_table(eps)}
+    if run.episode_timeout is not None:
+        turns["timeout_s"] = run.episode_timeout
+    step = engine["curve"]["step_s"]
+    what = (
+        f"{d} episodes of turns over {c} sessions on one engine: {eps['job_id'].nunique()} "
+        f"measured jobs' {len(eps)} episodes replayed a job at a time; decode step "
+        f"{step[0] * 1e3:.3g} ms at batch 1, {step[1] * 1e3:.3g} ms at {c} ({how})"
+    )
+    return {"episodes": d, "concurrency": c, "turns": turns, "engine": engine}, what
