@@ -67,6 +67,7 @@ def check_task(
         "reward": record.reward,
         "rewards": record.rewards,
         "passed": record.passed,
+        "graded": record.graded,  # the fraction of the verifier's checks that passed
         "verifier": record.verifier,
         "verifier_error": record.verifier_error,
         "turns": record.turns,

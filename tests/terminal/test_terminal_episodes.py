@@ -169,10 +169,12 @@ def test_cli_env_check(docker_client, generated, tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["initial_ok"] is True and out["reward"] == 1.0 and out["turns"] == 2
-    assert out["task_id"] == path.name and out["duration_s"] > 0
-    # Without a solution the check still ran: exit 0, reward 0.
+    assert out["task_id"] == path.name and out["duration_s"] > 0 and out["graded"] == 1.0
+    # Without a solution the check still ran: exit 0, reward 0; the output file's partial
+    # check (it exists) fails too, so nothing is graded.
     proc = _cli("env", "check", str(path))
-    assert proc.returncode == 0 and json.loads(proc.stdout)["reward"] == 0.0
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 0 and out["reward"] == 0.0 and out["graded"] == 0.0
     # A task that cannot be loaded: non-zero, one line, no traceback.
     broken = tmp_path / "broken"
     shutil.copytree(path, broken)
