@@ -147,6 +147,7 @@ def run_episode(
             umask=task.umask,
             verifier_network=verifier_network,
             pipefail=task.pipefail,
+            capabilities=task.capabilities,
         ) as sandbox:
             record.start_s = sandbox.start_s
             if config.check_initial:

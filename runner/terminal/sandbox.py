@@ -10,10 +10,13 @@ exited, a new shell is started and the observation says so.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
+import os
 import re
 import select
+import signal
 import socket
 import struct
 import tarfile
@@ -43,6 +46,20 @@ _MAIN = (
 )
 
 
+# What runs in an agent's container is whatever a model wrote, often as root (Harbor and
+# Terminal-Bench tasks): every capability is dropped but those measured to be needed, and no
+# process can gain privileges (setuid binaries, sudo, su, file capabilities). Measured with
+# every fixture (generated, native, Harbor, Terminal-Bench) and the sandbox tests: with no
+# capability the home cannot be seeded as root (chown/chmod: EPERM) and a root verifier cannot
+# read the agent's 0600 files; with CHOWN, DAC_OVERRIDE and FOWNER every fixture passes; KILL
+# lets root stop the agent's processes from inside where the host cannot see them. Dropped:
+# the rest of Docker's default set (NET_RAW: raw sockets, MKNOD, SETUID/SETGID: root cannot
+# switch users, FSETID, SETFCAP, SETPCAP, SYS_CHROOT, AUDIT_WRITE, NET_BIND_SERVICE). A task
+# that needs one names it in Task.capabilities.
+AGENT_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL")
+SECURITY_OPT = ("no-new-privileges",)
+
+
 @dataclass
 class SandboxConfig:
     network: bool = False
@@ -52,6 +69,7 @@ class SandboxConfig:
     kill_grace_s: float = 2.0
     start_timeout_s: float = 30.0
     pids_alarm_fraction: float = 0.9
+    capabilities: tuple[str, ...] = AGENT_CAPABILITIES
 
 
 @dataclass
@@ -210,6 +228,7 @@ class Sandbox:
         umask: str | None = None,
         verifier_network: bool = False,
         pipefail: bool = False,
+        capabilities: tuple[str, ...] = (),
     ) -> None:
         self.client = client
         self.image = image
@@ -223,6 +242,8 @@ class Sandbox:
         self.env = dict(env or {})
         self.umask = umask
         self.pipefail = pipefail
+        # a task that genuinely needs a capability beyond the profile names it (Task)
+        self.capabilities = tuple(dict.fromkeys((*self.config.capabilities, *capabilities)))
         # The verifier may get a network the agent never has: the container starts on the
         # bridge, is cut off before the agent's shell starts, and reconnected to verify.
         self.verifier_network = verifier_network and not self.config.network
@@ -234,6 +255,7 @@ class Sandbox:
         self._session_ticks = 0
         self._baseline: set[int] = set()  # host pids of init and the idle main process
         self._baseline_ns: set[int] = set()  # the same, as pids inside the container
+        self._upper_dir: str | None = None  # the container's writable layer, seen from here
         self.start_s = 0.0
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -268,6 +290,9 @@ class Sandbox:
                 tmpfs=tmpfs,
                 environment={**self.env, "ES_HOME_TMPFS": "1" if self.home_tmpfs else "0"},
                 user="root",
+                cap_drop=["ALL"],
+                cap_add=list(self.capabilities),
+                security_opt=list(SECURITY_OPT),
                 hostname="sandbox",
                 detach=True,
             )
@@ -285,6 +310,10 @@ class Sandbox:
             self.container.reload()
             init_pid = self.container.attrs["State"]["Pid"]
             self.host = procs.HostView.open(self.container.id, init_pid)
+            upper = self.container.attrs.get("GraphDriver", {}).get("Data", {}).get("UpperDir")
+            self._upper_dir = (
+                upper if self.host is not None and upper and os.path.isdir(upper) else None
+            )
             self._session_ticks = procs.now_ticks()
             self.shell = self._open_shell()
         except BaseException:
@@ -367,6 +396,8 @@ class Sandbox:
                 f"[the container reached its process limit ({self.limits.pids}); the "
                 f"{killed} process(es) this command started were killed]"
             )
+        self._raise_if_stopped()
+        self._check_still_bounded()
         output = collector.finish()
         if notes:
             output = (output + "\n" if output else "") + "\n".join(notes)
@@ -379,6 +410,39 @@ class Sandbox:
             total_chars=collector.total_chars,
             duration_s=time.perf_counter() - t0,
             notes=notes,
+        )
+
+    def _check_still_bounded(self) -> None:
+        """End the episode (SandboxError) when the agent's commands left more on the
+        container's writable layer than the task's storage: tmpfs mounts are capped by the
+        kernel, the image's own filesystem (a root agent writing under / or /app) is not, as
+        overlay2 on ext4 takes no size option, so it is measured after every command."""
+        if self._upper_dir is None:
+            return
+        limit = self.limits.storage_mb * 2**20
+        used = _disk_usage(self._upper_dir, stop_above=limit)
+        if used > limit:
+            raise SandboxError(
+                f"{self.task_id}: the agent wrote more than its storage limit of "
+                f"{self.limits.storage_mb} MB to the container's filesystem"
+            )
+
+    def _raise_if_stopped(self) -> None:
+        """A command that killed the container's main process (``kill -9 -1`` as root) stops
+        the container: end the episode saying so (checked after every command, so that no
+        later turn or verifier meets a dying container and the engine's words for it)."""
+        assert self.container is not None
+        if self.host is not None and self._baseline:
+            if all(os.path.exists(f"/proc/{pid}") for pid in self._baseline):
+                return
+        else:
+            with contextlib.suppress(docker.errors.APIError):
+                self.container.reload()
+            if self.container.attrs.get("State", {}).get("Running", True):
+                return
+        raise SandboxError(
+            f"{self.task_id}: the container stopped during the episode: a command killed "
+            f"its main process"
         )
 
     def _send(self, command: str) -> re.Pattern[bytes]:
@@ -483,15 +547,11 @@ class Sandbox:
                 return
 
     def _restart_shell(self) -> None:
+        self._raise_if_stopped()
         if self.shell is not None:
             if self.host and self.shell.host_pid > 0:
-                try:
-                    import os
-                    import signal
-
+                with contextlib.suppress(OSError):
                     os.kill(self.shell.host_pid, signal.SIGKILL)
-                except OSError:
-                    pass
             else:
                 self.exec_root(["kill", "-9", str(self.shell.pid_in_container)], timeout=10)
             self.shell.close()
@@ -584,3 +644,24 @@ class Sandbox:
         self.exec_root(["mkdir", "-p", "-m", "755", dest_dir], timeout=10)
         if not self.container.put_archive(dest_dir, buf.getvalue()):
             raise SandboxError(f"{self.task_id}: could not copy files to {dest_dir}")
+
+
+def _disk_usage(path: str, stop_above: int) -> int:
+    """Bytes allocated under ``path`` (not following links), counted until past
+    ``stop_above`` (an agent's million files need not all be seen to end its episode)."""
+    total = 0
+    stack = [path]
+    while stack and total <= stop_above:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            total += st.st_blocks * 512
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(entry.path)
+    return total

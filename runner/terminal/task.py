@@ -91,6 +91,9 @@ class Task:
     verifier_env: dict[str, str] = field(default_factory=dict)  # Harbor [verifier].env
     solution_env: dict[str, str] = field(default_factory=dict)  # Harbor [solution].env
     verifier_user: str | None = None  # None: the agent's user
+    # Linux capabilities beyond the sandbox's profile (sandbox.AGENT_CAPABILITIES) that this
+    # task genuinely needs, e.g. ("NET_RAW",) for a task about ping; none by default.
+    capabilities: tuple[str, ...] = ()
     # Whether the verifier gets a network (Harbor [environment].allow_internet, whose default
     # is true); EpisodeConfig.verifier_network overrides it.
     allow_internet: bool = False

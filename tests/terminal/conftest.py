@@ -59,13 +59,21 @@ def builder(docker_client):
 
 @pytest.fixture
 def no_leak(docker_client):
-    """Assert that the engine's count of our containers (every container that carries the
-    owner label, sandbox or not) returns to its baseline."""
+    """Yield the engine's count of our containers (every container that carries the owner
+    label, sandbox or not: tests that start other processes compare with it), and assert
+    afterwards that no container this process created remains. Only this process's are
+    checked: other processes (other test runs, a training run) share the engine."""
     from runner.terminal.reaper import count_ours
 
-    before = count_ours(docker_client)
-    yield before
-    assert count_ours(docker_client) == before, "a sandbox container was leaked"
+    yield count_ours(docker_client)
+    left = _mine(docker_client)
+    assert not left, f"a container was leaked: {[c['Id'][:12] for c in left]}"
+
+
+def _mine(client) -> list:
+    from runner.terminal.reaper import LABEL_OWNER, owner_label
+
+    return client.api.containers(all=True, filters={"label": f"{LABEL_OWNER}={owner_label()}"})
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -76,16 +84,10 @@ def nothing_left_behind():
     try:
         import docker
 
-        from runner.terminal.reaper import LABEL_OWNER, owner_label
-
-        client = docker.from_env()
-        mine = owner_label()
-        left = client.api.containers(all=True, filters={"label": f"{LABEL_OWNER}={mine}"})
+        left = _mine(docker.from_env())
     except Exception:  # noqa: BLE001 - no engine or SDK: nothing can have been created
         return
-    assert not left, (
-        f"the tests left {len(left)} container(s) behind: {[c['Id'][:12] for c in left]}"
-    )
+    assert not left, f"the tests left container(s) behind: {[c['Id'][:12] for c in left]}"
 
 
 FIXTURES = Path(__file__).parent / "fixtures"
