@@ -161,6 +161,7 @@ def run_episode(
             if record.timed_out:
                 record.verifier_output = "[not verified: the episode timed out]"
             elif not stop():
+                sandbox.ensure_running()  # a container the agent stopped is not verified
                 tv = time.perf_counter()
                 result = verify_final(sandbox, task, offline_fallback=config.offline_verifier)
                 record.verify_s = time.perf_counter() - tv

@@ -396,7 +396,7 @@ class Sandbox:
                 f"[the container reached its process limit ({self.limits.pids}); the "
                 f"{killed} process(es) this command started were killed]"
             )
-        self._raise_if_stopped()
+        self.ensure_running()
         self._check_still_bounded()
         output = collector.finish()
         if notes:
@@ -427,13 +427,14 @@ class Sandbox:
                 f"{self.limits.storage_mb} MB to the container's filesystem"
             )
 
-    def _raise_if_stopped(self) -> None:
+    def ensure_running(self) -> None:
         """A command that killed the container's main process (``kill -9 -1`` as root) stops
-        the container: end the episode saying so (checked after every command, so that no
-        later turn or verifier meets a dying container and the engine's words for it)."""
+        the container: end the episode saying so (checked after every command and before
+        verifying, so that no later turn or verifier meets the engine's words for a dying
+        container)."""
         assert self.container is not None
         if self.host is not None and self._baseline:
-            if all(os.path.exists(f"/proc/{pid}") for pid in self._baseline):
+            if all(_alive(pid) for pid in self._baseline):
                 return
         else:
             with contextlib.suppress(docker.errors.APIError):
@@ -547,7 +548,7 @@ class Sandbox:
                 return
 
     def _restart_shell(self) -> None:
-        self._raise_if_stopped()
+        self.ensure_running()
         if self.shell is not None:
             if self.host and self.shell.host_pid > 0:
                 with contextlib.suppress(OSError):
@@ -665,3 +666,13 @@ def _disk_usage(path: str, stop_above: int) -> int:
             if entry.is_dir(follow_symlinks=False):
                 stack.append(entry.path)
     return total
+
+
+def _alive(pid: int) -> bool:
+    """Whether a host process runs (a killed one stays a zombie until its parent reaps it)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X")
