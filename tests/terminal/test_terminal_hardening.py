@@ -109,7 +109,9 @@ def test_a_hostile_agent_is_contained(docker_client, builder, fixtures_dir, gene
         assert rec.reward == 0.0 and not rec.passed, (who, rec.verifier_output)
         # a marker starts a line (bash's "Killed python3 -c ..." repeats the command's text)
         assert not re.search(r"^ESCAPED-", text, re.M), (who, text)
-        missing = [n for n in NAMES if f"contained-{n}" not in text]
+        # as root, kill -9 -1 stops the container (below): its turn may end the episode
+        expected = NAMES[:-1] if who == "root" else NAMES
+        missing = [n for n in expected if f"contained-{n}" not in text]
         assert not missing, (who, missing, text)
         assert f"CapBnd:\t{PROFILE_MASK}" in text and "NoNewPrivs:\t1" in text, (who, text)
         effective = PROFILE_MASK if who == "root" else "0" * 16
