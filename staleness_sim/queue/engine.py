@@ -36,7 +36,7 @@ from __future__ import annotations
 from staleness_sim.core.trace import Trace
 from staleness_sim.queue.cohort import CohortRun
 from staleness_sim.queue.config import QueueScenario
-from staleness_sim.queue.rules import QueueRun
+from staleness_sim.queue.run import QueueRun
 
 
 def simulate_queue(scenario: QueueScenario) -> Trace:

@@ -9,7 +9,7 @@ from staleness_sim import Trace
 from staleness_sim.config import validate, with_overrides
 from staleness_sim.queue.engine import simulate_queue
 from staleness_sim.queue.metrics import queue_summary
-from staleness_sim.queue.rules import QueueRun
+from staleness_sim.queue.run import QueueRun
 from staleness_sim.summary import run_summary, trace_summary
 
 # C = B = 4 slots and samples per step, groups of one, every sample 1 s, steps 0.5 s.
