@@ -130,13 +130,15 @@ def import_ray():
 def run_ray(batches: list[Batch], jobs: int) -> Iterator[list[dict[str, Any]]]:
     """Ray tasks; joins RAY_ADDRESS's cluster when set, else starts a local Ray with ``jobs`` CPUs."""
     ray = import_ray()
-    package_root = str(Path(__file__).resolve().parent.parent)
+    import staleness_sim
+
+    # The folder that holds the package (not the package itself: on PYTHONPATH, its
+    # subpackage `queue` would shadow the standard library's and no worker would start).
+    package_root = str(Path(staleness_sim.__file__).resolve().parent.parent)
     started = False
     if not ray.is_initialized():
         address = os.environ.get("RAY_ADDRESS")
         if address:  # ship this package's code to the cluster (its dependencies must be there)
-            import staleness_sim
-
             env = {"py_modules": [staleness_sim]}
             ray.init(address=address, runtime_env=env, log_to_driver=False)
         else:
