@@ -35,6 +35,7 @@ EXTRA_JOB_COLUMNS = (
     "generation_s",
     "container_s",
     "tokens_out",
+    "weight",  # the weight the update gave the result (es.staleness lag_weighted: gamma**lag)
 )
 EXTRA_UPDATE_COLUMNS = ("mean_reward", "reward_std", "zero_update", "n_entries")
 
@@ -132,22 +133,34 @@ class RunState:
         name = VERDICT_NAMES[type(verdict)]
         return {"e": "result", "job": job, "t": t, **outcome, "verdict": name, "lag": verdict.lag}
 
-    def commit(self, t: float) -> dict[str, Any]:
-        """Close the complete cohort: the policy commits, the update rule makes the record."""
+    def commit(self, t: float, order: list[int] | None = None) -> dict[str, Any]:
+        """Close the complete cohort: the policy commits, the update rule makes the record
+        from the members in dispatch order, and the trace records what the update did with
+        each (its weight, or ``dropped`` and why).
+
+        ``order`` (replay only): the members as the journal lists them. A journal written
+        before cohorts came in dispatch order lists them as they landed, and its records
+        were made in that order; they are remade in it, so old runs resume unchanged."""
         self._tick(t)
         cohort = self.driver.commit()
+        members = list(cohort.job_ids)
+        if order is not None and sorted(order) == members:
+            members = list(order)
         jobs = self.rec.jobs
         results = [
             Result(jobs["seed"][j], self._rewards[j], jobs["dispatch_version"][j], jobs["sign"][j])
-            for j in cohort.job_ids
+            for j in members
         ]
         record = self.rule.make(results, cohort.version - 1)
         self.log.append(record)
+        fates = dict(zip(members, self.rule.judge(results, cohort.version - 1), strict=True))
         rewards = np.array([r.reward for r in results])
         self.driver.record_commit(
             cohort,
             time=t,
             commit_time=t,
+            dropped={j: f"{f.reason} ({f.key})" for j, f in fates.items() if f.weight is None},
+            weights={j: f.weight for j, f in fates.items() if f.weight is not None},
             mean_reward=float(rewards.mean()),
             reward_std=float(rewards.std()),
             zero_update=all(c == 0.0 for _, c in record.entries),
@@ -159,7 +172,7 @@ class RunState:
             "e": "commit",
             "version": cohort.version,
             "t": t,
-            "jobs": list(cohort.job_ids),
+            "jobs": members,
             "cancel": list(cohort.cancel),
             "record": record.to_dict(),
         }
@@ -200,7 +213,7 @@ class RunState:
             outcome = {k: ev[k] for k in ev if k not in ("e", "job", "t", "verdict", "lag")}
             got = self.land(ev["job"], ev["t"], outcome)
         elif kind == "commit":
-            got = self.commit(ev["t"])
+            got = self.commit(ev["t"], ev.get("jobs"))
         elif kind == "cancel":
             got = self.cancel(ev["job"], ev["t"], ev["reason"])
         elif kind == "segment":

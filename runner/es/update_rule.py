@@ -10,12 +10,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from runner.es.records import Result, UpdateRecord
 from runner.es.schemes import check_scheme
 from runner.es.shaping import get_shaping
 from runner.es.staleness import DropOver, StalenessRule, parse_staleness
+
+_ANTITHETIC = "es.antithetic: true"
+
+
+class Fate(NamedTuple):
+    """What one update does with one result (:meth:`UpdateRule.judge`)."""
+
+    weight: float | None  # None: dropped
+    lag: int
+    reason: str = ""  # why it is dropped
+    key: str = ""  # the setting that drops it
 
 
 def _finite(name: str, value: float) -> float:
@@ -54,14 +65,13 @@ class UpdateRule:
         # scheme is refused (None: not recorded)
         self.noise = None if noise is None else check_scheme(noise)
 
-    def make(self, results: Iterable[Result | tuple], version: int) -> UpdateRecord:
-        """The record that takes ``version`` to ``version + 1`` from ``results``."""
+    def judge(self, results: Iterable[Result | tuple], version: int) -> list[Fate]:
+        """Each result's fate in the update that takes ``version`` to ``version + 1``: the
+        weight it is used with, or ``None`` with the reason and the setting that drops it.
+        :meth:`make` uses exactly these, so a trace can record what the update did."""
         items = [Result.coerce(r) for r in results]
-        if not items:
-            raise ValueError("step needs at least one result")
         seen: set[tuple[int, int]] = set()
-        accepted: list[tuple[Result, int, float]] = []
-        dropped: list[dict[str, Any]] = []
+        fates: list[Fate] = []
         for r in items:
             if (r.seed, r.sign) in seen:
                 raise ValueError(f"seed {r.seed} with sign {r.sign:+d} appears twice in one cohort")
@@ -75,23 +85,34 @@ class UpdateRule:
             weight = self.staleness.weight(lag)
             if weight is None:
                 assert isinstance(self.staleness, DropOver)
-                dropped.append(
-                    {"seed": r.seed, "sign": r.sign, "lag": lag,
-                     "reason": f"lag {lag} > max_lag {self.staleness.max_lag}"}
-                )  # fmt: skip
-                continue
-            accepted.append((r, lag, weight))
+                reason = f"lag {lag} > max_lag {self.staleness.max_lag}"
+                fates.append(Fate(None, lag, reason, f"es.staleness: {self.staleness.spec()}"))
+            else:
+                fates.append(Fate(weight, lag))
         if self.antithetic:
             signs: dict[int, set[int]] = {}
-            for r, _, _ in accepted:
-                signs.setdefault(r.seed, set()).add(r.sign)
-            for r, lag, _ in accepted:
-                if len(signs[r.seed]) != 2:
-                    dropped.append(
-                        {"seed": r.seed, "sign": r.sign, "lag": lag,
-                         "reason": "antithetic partner missing"}
-                    )  # fmt: skip
-            accepted = [a for a in accepted if len(signs[a[0].seed]) == 2]
+            for r, f in zip(items, fates, strict=True):
+                if f.weight is not None:
+                    signs.setdefault(r.seed, set()).add(r.sign)
+            fates = [
+                f if f.weight is None or len(signs[r.seed]) == 2
+                else Fate(None, f.lag, "antithetic partner missing", _ANTITHETIC)
+                for r, f in zip(items, fates, strict=True)
+            ]  # fmt: skip
+        return fates
+
+    def make(self, results: Iterable[Result | tuple], version: int) -> UpdateRecord:
+        """The record that takes ``version`` to ``version + 1`` from ``results``."""
+        items = [Result.coerce(r) for r in results]
+        if not items:
+            raise ValueError("step needs at least one result")
+        fates = self.judge(items, version)
+        pairs = list(zip(items, fates, strict=True))
+        accepted = [(r, f.lag, f.weight) for r, f in pairs if f.weight is not None]
+        gone = [(r, f) for r, f in pairs if f.weight is None]
+        gone.sort(key=lambda rf: rf[1].key == _ANTITHETIC)  # staleness drops first, as ever
+        dropped = [{"seed": r.seed, "sign": r.sign, "lag": f.lag, "reason": f.reason}
+                   for r, f in gone]  # fmt: skip
         entries: dict[int, float] = {}
         if accepted:
             z = self._shape_fn([r.reward for r, _, _ in accepted])

@@ -17,12 +17,13 @@ Imports nothing but the standard library and the policies.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from staleness_sim.core.policies import Accept, Cohort, Defer, Discard, Start, Wait
 
 VERDICT_NAMES = {Accept: "accepted", Discard: "discarded", Defer: "deferred"}
-ACCEPTED, CANCELLED = "accepted", "cancelled"
+ACCEPTED, CANCELLED, DROPPED = "accepted", "cancelled", "dropped"
 
 
 def cancel_reason(version: int) -> str:
@@ -53,7 +54,7 @@ class PolicyDriver:
         self.policy = policy
         self.rec = _NoRows() if rec is None else rec
         self._seed_of = seed_of
-        self.counts = {"accepted": 0, "discarded": 0, "deferred": 0, "commits": 0}
+        self.counts = {"accepted": 0, "discarded": 0, "deferred": 0, "dropped": 0, "commits": 0}
         self._held: set[int] = set()  # deferred results not yet released into a cohort
 
     @property
@@ -93,10 +94,16 @@ class PolicyDriver:
         return verdict
 
     def commit(self) -> Cohort:
-        """Close the complete cohort. The clock then records it with :meth:`record_commit`
-        once it knows the times, and stops each job in ``cohort.cancel`` with
-        ``cancel(job, cancel_reason(cohort.version))``."""
-        return self.policy.commit()
+        """Close the complete cohort, its members in dispatch order (job ids are handed out
+        in it), not in the order they landed: what is made of a cohort (an update's entries,
+        their float sum) then depends on the results alone, not on which worker was faster.
+        The clock then records it with :meth:`record_commit` once it knows the times, and
+        stops each job in ``cohort.cancel`` with ``cancel(job, cancel_reason(version))``."""
+        cohort = self.policy.commit()
+        members = sorted(zip(cohort.job_ids, cohort.lags, strict=True))
+        return replace(
+            cohort, job_ids=tuple(j for j, _ in members), lags=tuple(lag for _, lag in members)
+        )
 
     def record_commit(
         self,
@@ -104,17 +111,31 @@ class PolicyDriver:
         time: float,
         commit_time: float,
         job_row: dict[str, Any] | None = None,
+        dropped: dict[int, str] | None = None,
+        weights: dict[int, float] | None = None,
         **update_row: Any,
     ) -> None:
         """The cohort's members become ``accepted`` at their lag of use (with ``job_row``'s
-        columns), and the update's row is written (with ``update_row``'s columns)."""
+        columns), and the update's row is written (with ``update_row``'s columns).
+
+        Where the update itself decides too (the runner's ``es.staleness`` and
+        ``es.antithetic``), ``dropped`` names the members it did not use after all, with
+        why (recorded ``dropped``, so that no trace calls them used), and ``weights`` the
+        weight it gave each member it used (a ``weight`` column)."""
         extra = job_row or {}
+        dropped = dropped or {}
         for job, lag in zip(cohort.job_ids, cohort.lags, strict=True):
-            self.rec.set_job(job, verdict=ACCEPTED, lag=lag, **extra)
+            if job in dropped:
+                self.rec.set_job(job, verdict=DROPPED, lag=lag, reason=dropped[job], **extra)
+            elif weights is not None:
+                self.rec.set_job(job, verdict=ACCEPTED, lag=lag, weight=weights[job], **extra)
+            else:
+                self.rec.set_job(job, verdict=ACCEPTED, lag=lag, **extra)
             if job in self._held:
                 self._held.discard(job)
                 self.counts["deferred"] -= 1
-        self.counts["accepted"] += cohort.size
+        self.counts["accepted"] += cohort.size - len(dropped)
+        self.counts["dropped"] += len(dropped)
         self.counts["commits"] += 1
         self.rec.update(
             version=cohort.version,

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from staleness_sim.core.trace import Trace
+from staleness_sim.core.trace import COMPLETED, Trace
 
 SUMMARY_KEYS = (
     "wall_clock_s",
@@ -62,7 +62,7 @@ def summarize(trace: Trace) -> dict[str, Any]:
     verdict = jobs["verdict"]
     accepted = jobs.loc[verdict == "accepted", "lag"].dropna().astype(int)
     discarded = jobs.loc[verdict == "discarded", "lag"]
-    completed = int(verdict.isin(["accepted", "discarded", "deferred"]).sum())
+    completed = int(verdict.isin(COMPLETED).sum())
     wall = wall_clock(trace)
     per_hour = 3600.0 / wall if wall > 0 else float("nan")
     fractions = state_fractions(trace)
@@ -87,6 +87,7 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "worker_busy_fraction": fractions["busy"],
         "worker_sync_fraction": fractions["syncing"],
         "results_deferred_unused": int((verdict == "deferred").sum()),
+        "results_dropped": int((verdict == "dropped").sum()),  # left out by the update rule
         "jobs_cancelled": int((verdict == "cancelled").sum()),
         "discarded_lag_hist": lag_histogram(discarded),
         "mean_reward": float(jobs.loc[verdict == "accepted", "reward"].mean())

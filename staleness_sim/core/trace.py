@@ -4,9 +4,11 @@ Three tables, stored as Parquet (CSV accepted on input) in one folder:
 
 * ``jobs``: one row per dispatched job (see :data:`JOB_COLUMNS`). ``verdict`` is the job's
   final fate: ``accepted`` (used in a committed update), ``discarded`` (too stale),
-  ``deferred`` (held back and never released before the run ended) or ``cancelled``
+  ``deferred`` (held back and never released before the run ended), ``dropped`` (taken
+  into a committed cohort, then left out by the update itself: the runner's
+  ``es.staleness`` or ``es.antithetic``; ``reason`` names the setting) or ``cancelled``
   (stopped before it finished, or finished after the last update). ``lag`` is the lag at
-  use for accepted results and the lag that got a discarded result thrown away.
+  use for accepted and dropped results and the lag that got a discarded result thrown away.
 * ``updates``: one row per committed update; ``time`` is when the new version's weights
   were available, ``commit_time`` when its cohort completed.
 * ``workers``: contiguous ``busy`` / ``idle`` / ``syncing`` intervals covering every worker
@@ -40,7 +42,8 @@ JOB_COLUMNS = (
 )
 UPDATE_COLUMNS = ("version", "time", "commit_time", "cohort_size", "mean_lag", "max_lag")
 WORKER_COLUMNS = ("worker", "state", "start", "end")
-VERDICTS = ("accepted", "discarded", "deferred", "cancelled")
+VERDICTS = ("accepted", "discarded", "deferred", "dropped", "cancelled")
+COMPLETED = ("accepted", "discarded", "deferred", "dropped")  # the jobs whose result came in
 WORKER_STATES = ("busy", "idle", "syncing")
 _REQUIRED = {
     "jobs": JOB_COLUMNS[:-1],  # reason is optional on input

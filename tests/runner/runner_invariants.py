@@ -45,7 +45,8 @@ def check_run(run: Path, *, cohort: int, updates: int, workers: int, max_lag: in
     commits = [e for e in journal(run) if e["e"] == "commit"]
     assert [c["version"] for c in commits] == list(range(1, updates + 1))
     member_of = {j: c["version"] for c in commits for j in c["jobs"]}
-    assert sorted(member_of) == sorted(accepted["job_id"])
+    used_or_dropped = jobs.loc[jobs["verdict"].isin(["accepted", "dropped"]), "job_id"]
+    assert sorted(member_of) == sorted(used_or_dropped)
     for row in accepted.itertuples():
         assert row.lag == member_of[row.job_id] - 1 - row.dispatch_version
     # the update log (checkpoint) is the journal's commits, once each
@@ -63,7 +64,7 @@ def check_run(run: Path, *, cohort: int, updates: int, workers: int, max_lag: in
     s = summarize(trace)
     assert s["updates"] == updates and s["results_accepted"] == cohort * updates
     assert s["wall_clock_s"] == wall
-    completed = jobs["verdict"].isin(["accepted", "discarded", "deferred"]).sum()
+    completed = jobs["verdict"].isin(["accepted", "discarded", "deferred", "dropped"]).sum()
     assert s["data_utilization"] == cohort * updates / completed
     assert s["stale_fraction"] == (accepted["lag"] > 0).mean()
     busy = (wk["end"] - wk["start"])[wk["state"] == "busy"].sum()

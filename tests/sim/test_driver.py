@@ -41,7 +41,7 @@ def test_a_discarded_result_and_a_commit_give_their_rows():
     assert jobs["reason"][2] == "lag 1 > max_lag 0"
     assert updates == {"version": [1], "time": [9.0], "commit_time": [8.0], "cohort_size": [2],
                        "mean_lag": [0.0], "max_lag": [0]}  # fmt: skip
-    assert d.counts == {"accepted": 2, "discarded": 1, "deferred": 0, "commits": 1}
+    assert d.counts == {"accepted": 2, "discarded": 1, "deferred": 0, "dropped": 0, "commits": 1}
 
 
 def test_deferred_results_are_tallied_until_their_cohort_uses_them():
@@ -65,7 +65,7 @@ def test_deferred_results_are_tallied_until_their_cohort_uses_them():
     d.record_commit(cohort, time=2.0, commit_time=2.0, job_row={"reward": 0.5})
     assert d.rec.jobs["verdict"][2] == "accepted" and d.rec.jobs["lag"][2] == 1
     assert d.rec.jobs["reward"][2] == 0.5 and d.rec.updates["mean_lag"] == [0.0, 0.5]
-    assert d.counts == {"accepted": 4, "discarded": 0, "deferred": 1, "commits": 2}
+    assert d.counts == {"accepted": 4, "discarded": 0, "deferred": 1, "dropped": 0, "commits": 2}
 
 
 def test_a_cancel_frees_the_policy_and_records_the_one_reason():
@@ -99,3 +99,36 @@ def test_the_driver_imports_only_the_standard_library_and_the_policies():
             names.update(a.name for a in node.names)
     outside = {n for n in names if n.split(".")[0] not in sys.stdlib_module_names}
     assert outside == {"staleness_sim.core.policies"}
+
+
+def test_a_cohort_comes_in_dispatch_order_whatever_the_order_results_landed_in():
+    d = drive({"kind": "bounded", "max_lag": 2}, 3)
+    for w in range(5):
+        start(d, w, 0.0)
+    for job in (4, 0, 2):  # lands out of order; the policy lists them so
+        d.land(job)
+    assert d.policy._members == [(4, 0), (0, 0), (2, 0)]
+    first = d.commit()
+    assert first.job_ids == (0, 2, 4) and first.lags == (0, 0, 0)
+    start(d, 0, 1.0)  # job 5, dispatched at version 1
+    for job in (5, 3, 1):
+        d.land(job)
+    second = d.commit()
+    assert second.job_ids == (1, 3, 5) and second.lags == (1, 1, 0)
+
+
+def test_members_the_update_left_out_are_dropped_not_accepted():
+    # a recorder with the runner's weight column
+    d = PolicyDriver(make_policy({"kind": "unbounded"}, 2), TraceRecorder(("weight",)))
+    for w in range(2):
+        start(d, w, 0.0)
+    d.land(0)
+    d.land(1)
+    cohort = d.commit()
+    d.record_commit(cohort, 1.0, 1.0, dropped={1: "lag 1 > max_lag 0 (es.staleness: x)"},
+                    weights={0: 0.25})  # fmt: skip
+    assert d.rec.jobs["verdict"] == ["accepted", "dropped"]
+    assert d.rec.jobs["weight"] == [0.25, None]
+    assert d.rec.jobs["reason"][1] == "lag 1 > max_lag 0 (es.staleness: x)"
+    assert d.counts["accepted"] == 1 and d.counts["dropped"] == 1
+    assert d.rec.updates["cohort_size"] == [2]  # the cohort the policy closed
