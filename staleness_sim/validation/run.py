@@ -15,11 +15,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from staleness_sim.core.trace import Trace, TraceError
+from staleness_sim.core.trace import COMPLETED, Trace, TraceError
 
 SCENARIO_KEYS = ("workers", "cohort", "updates", "policy")
 MIN_JOBS = 2  # what a duration fit needs
-COMPLETED = ("accepted", "discarded", "deferred")
 
 
 @dataclass

@@ -126,6 +126,19 @@ def test_fit_of_a_trace_counts_only_completed_jobs(tmp_path, capsys):
     assert row["params"]["mean"] == pytest.approx(d.sum() / (len(d) - 1))
 
 
+def test_a_result_the_update_dropped_still_counts_as_a_measured_duration(tmp_path, capsys):
+    """A result the update rule left out (verdict ``dropped``) ran to the end: its duration
+    is as much a measurement as an accepted one's."""
+    job = {"duration": {"dist": "exponential", "mean": 5.0}}
+    folder = write_trace(tmp_path, scenario(job=job, policy={"kind": "unbounded"}))
+    jobs = pd.read_parquet(folder / "jobs.parquet")
+    done = jobs[jobs["verdict"] != "cancelled"]
+    jobs.loc[done.index[:3], "verdict"] = "dropped"
+    jobs.to_parquet(folder / "jobs.parquet", index=False)
+    assert main(["fit", str(folder), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["n"] == len(done)
+
+
 # -- the JSON contract and the command line ---------------------------------------------
 
 
