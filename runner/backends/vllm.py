@@ -47,6 +47,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from transformers import AutoTokenizer, GenerationConfig
+
 from runner.backends.base import Generation, GenerationBackend, GenerationRequest
 from runner.backends.context import fit_prompt
 from runner.backends.turns import TurnSettings
@@ -55,8 +57,8 @@ from runner.backends.vllm_engine import (
     VLLMUnavailable,
     check_engine,
     engine_args,
+    engine_env,
     require_vllm,
-    visible_device,
 )
 from runner.errors import UserError
 from runner.es import UpdateRecord
@@ -98,8 +100,6 @@ def generation_record(
 
 def load_turn_settings(path: Path, **sampling: Any) -> tuple[Any, TurnSettings]:
     """(tokenizer, turn settings) of the model at ``path``, read as the ``hf`` backend reads it."""
-    from transformers import AutoTokenizer, GenerationConfig
-
     if not (path / "config.json").is_file():
         raise UserError(f"model.path {path}: no model there (no config.json)")
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -175,10 +175,9 @@ class VLLMBackend(GenerationBackend):
     # -- start-up ------------------------------------------------------------------------
     def _start_engine(self) -> None:
         import psutil
-        from vllm import SamplingParams
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.inputs import TokensPrompt
-        from vllm.sampling_params import RequestOutputKind
+        from vllm.sampling_params import RequestOutputKind, SamplingParams
         from vllm.v1.engine.async_llm import AsyncLLM
 
         self._SamplingParams, self._TokensPrompt = SamplingParams, TokensPrompt
@@ -196,17 +195,16 @@ class VLLMBackend(GenerationBackend):
         async def make() -> Any:
             return AsyncLLM.from_engine_args(args)
 
-        before = {p.pid for p in psutil.Process().children(recursive=True)}
-        with visible_device(self.device):
+        me = psutil.Process()
+        # the engine's processes end with this one (vllm_extension.watch_driver); engines
+        # start one at a time, so the children that appear meanwhile are this engine's
+        with engine_env(self.device, f"{me.pid}:{me.create_time()}"):
+            before = {p.pid for p in me.children(recursive=True)}
             self.engine = self._call(make())
-        self.engine_pids = engine_processes(before)
+            self.engine_pids = engine_processes(before)
 
     def _setup_es(self, es: Mapping[str, Any]) -> None:
-        import psutil
-
-        me = psutil.Process()
-        driver = [me.pid, me.create_time()]  # the engine ends with this process
-        info = self._rpc("es_setup", str(self.path), self.dtype, dict(es), driver)
+        info = self._rpc("es_setup", str(self.path), self.dtype, dict(es))
         self.es_info = info
         self._base_hash: str | None = info["base_hash"]
         self._es_config: dict[str, Any] = info["es_config"]

