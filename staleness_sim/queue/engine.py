@@ -7,10 +7,12 @@ Two ways of forming a batch share one set of conventions (those of the cohort en
 * the **queue rules** (``block``, ``drop_oldest``, ``max_staleness``; optional admission
   control and in-flight updates): the trainer, when free, takes the B oldest queued
   samples (whole groups) and publishes version v + 1 when its step ends; a slot that
-  starts a sample uses the newest published version;
+  starts a sample uses the newest published version (``run.py``: the rules as state
+  objects in ``rules.py``, asked by the queue in ``groups.py``, on the event loop of
+  ``loop.py`` or the vectorised rollout of ``vectorised.py``);
 * the **cohort rule**: an ES policy of ``policies.py`` closes a cohort of N = B results and
   the trainer applies cohorts one after another (the cohort engine's semantics, so an ES
-  scenario written in this pipeline reproduces the cohort engine exactly).
+  scenario written in this pipeline reproduces the cohort engine exactly; ``cohort.py``).
 
 Conventions (tested in ``tests/sim/test_queue_engine.py``):
 

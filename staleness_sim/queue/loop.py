@@ -92,7 +92,8 @@ class EventLoop(GroupQueue):
                     heappop(heap)
                     break
             if inline and (free or (not idle and allowance(1) == 1)):
-                # the slot starts its next sample at once: the hot path, no state change
+                # the slot starts its next sample at once: the hot path, no state change;
+                # written out as in _pump (one call per sample here costs 5-13 % CPU)
                 j = self.next_id
                 self.next_id = j + 1
                 if j % S == 0:

@@ -136,6 +136,3 @@ def trace_meta(sc: QueueScenario, job, step_model, end: float, **extra: Any) -> 
         "step_model": step_model.describe(),
         **extra,
     }
-
-
-# -- the queue rules --------------------------------------------------------------------
