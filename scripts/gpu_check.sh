@@ -6,7 +6,7 @@
 # task that needs no container, and the vLLM engine if vLLM imports. Prints one table;
 # with OUT set, also writes it as $OUT/gpu_check.json. No network; needs torch and
 # transformers only (the simulator's policy file is loaded without its package's deps).
-# Sized for well under 8 minutes on one H200 (an estimate: not yet run there); a hard
+# About 6 minutes on one H200 (367 s measured, docs/gpu.md); a hard
 # stop at 470 s (the table is still printed).
 # Extra arguments go to benchmarks/gpu_check.py (--small: tiny model, runs on CPU);
 # PYTHON picks the interpreter (default python3).
