@@ -10,7 +10,8 @@ its restore against the time of one job (32 sessions' replies generated inside t
 perturbation). The vllm weight times are split into the ES arithmetic and the pushes of
 the weights into the engine (vLLM's in-place reload; ``weight_stats``).
 
-Usage: python benchmarks/bench_vllm_cpu.py [--sessions 1 8 32] [--tokens 64] [--json]
+Usage: python benchmarks/bench_vllm_cpu.py [--sessions 1 8 32] [--tokens 64] [--json FILE]
+(vLLM logs to stdout too: the JSON goes to a file)
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def main() -> int:
     ap.add_argument("--sessions", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -101,8 +102,7 @@ def main() -> int:
                 k: measure(k, path, args.sessions, args.tokens) for k in ("hf", "vllm")
             }
     if args.json:
-        print(json.dumps(results, indent=2))
-        return 0
+        args.json.write_text(json.dumps(results, indent=2))
     print(f"{'model':8} {'measure':22} {'hf':>10} {'vllm':>10} {'vllm/hf':>8}")
     for name, r in results.items():
         keys = ["start_s", *[f"tokens_per_s.{n}" for n in args.sessions], "perturb_restore_s",
