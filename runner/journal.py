@@ -39,13 +39,19 @@ def read_events(path: Path) -> tuple[list[dict[str, Any]], int]:
     return events, good
 
 
+def drop_torn_tail(path: Path) -> None:
+    """Cut a torn last line off a file of JSON lines before appending after it (else the
+    next line would be glued to it): the journal, and the run's transcripts.jsonl."""
+    _, good = read_events(path)
+    if path.exists() and path.stat().st_size != good:
+        with open(path, "r+b") as f:
+            f.truncate(good)
+
+
 class Journal:
     def __init__(self, path: Path) -> None:
         self.path = path
-        _, good = read_events(path)
-        if path.exists() and path.stat().st_size != good:
-            with open(path, "r+b") as f:  # drop a torn tail before appending after it
-                f.truncate(good)
+        drop_torn_tail(path)
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held for the run
 
     def append(self, event: dict[str, Any], durable: bool = False) -> None:

@@ -36,7 +36,7 @@ import pandas as pd
 from runner.config import RunConfig, portable_path, portable_paths
 from runner.errors import RunFailed
 from runner.es import UpdateRecord, write_checkpoint
-from runner.journal import Journal, read_events
+from runner.journal import Journal, drop_torn_tail, read_events
 from runner.rollouts import EPISODE_COLUMNS, JobSpec
 from runner.run_dir import RunDir
 from runner.run_state import RunState
@@ -103,6 +103,7 @@ class Orchestrator:
             self.evaluator.schedule_missing(self.state.version, self.state.log)
         resumed = bool(self.state.segments)
         self.journal = Journal(self.run_dir.journal_path)
+        drop_torn_tail(self.run_dir / "transcripts.jsonl")  # a kill mid-append tears it too
         try:
             self._start_workers()
             self._offset, self._m0 = self.state.now, time.monotonic()

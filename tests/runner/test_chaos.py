@@ -1,0 +1,43 @@
+"""The chaos script's short form against a real engine: a training run that meets a SIGKILL
+mid-commit (a torn journal line), a SIGKILL in the first second of a resume, a truncated
+trace file and a half-written transcript line, and a killed episode container; it loses
+nothing and leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+pytestmark = pytest.mark.docker
+
+
+def test_short_chaos_run_loses_nothing(engine, tiny_model, tmp_path):
+    done = subprocess.run(
+        [sys.executable, "benchmarks/chaos.py", "--short", "--seed", "0", "--json"]
+        + ["--model", str(tiny_model), "--out", str(tmp_path / "chaos")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    v = json.loads(done.stdout.strip().splitlines()[-1])
+    assert v["injected"] == {
+        "sigkill-commit": 1,
+        "sigkill-resume": 1,
+        "truncated-trace": 1,
+        "docker-kill-episode": 1,
+    }, v
+    assert v["survived"] == {"docker-kill-episode": 1} and not v["not_reached"], v
+    assert v["restarts"] >= 2 and v["final_exit_code"] == 0, v
+    assert v["updates_lost"] == v["updates_applied_twice"] == 0, v
+    assert v["versions_skipped"] == v["versions_repeated"] == 0, v
+    assert v["jobs_without_verdict"] == 0 and v["checkpoint_log_equals_journal"], v
+    # a transcript line torn by a kill was glued to the next process's first line
+    assert v["transcript_lines_damaged"] == 0, v
+    assert v["containers_left"] == v["processes_left"] == 0, v
+    assert v["hashes_equal"], v
