@@ -32,7 +32,11 @@ from staleness_sim.durations.engine_model import Engine
 from staleness_sim.durations.models import make_duration
 from staleness_sim.durations.specs import DurationSpec
 
-_BLOCK = 2048  # jobs simulated in lockstep at once (session tables stay small)
+# Jobs simulated in lockstep at once. A step costs a fixed overhead plus a pass over the
+# sessions, so big blocks amortise it: jobs are simulated ahead, up to _BLOCK at a time,
+# and handed out in order (measured: 4,096 jobs at once take half the time per job of 512).
+_BLOCK = 4096
+_STREAMS = 32  # generators whose jobs simulated ahead are kept
 
 
 class TurnTable(BaseModel):
@@ -199,13 +203,21 @@ class TurnJob:
         self.episodes, self.concurrency = int(episodes), int(concurrency)
         self.source = _Table(turns.table) if turns.table is not None else _Drawn(turns)
         self.timeout = turns.timeout_s if turns.timeout_s is not None else np.inf
+        self._ahead: dict[int, tuple[np.random.Generator, np.ndarray]] = {}
 
     def sample(self, rng: np.random.Generator, n_jobs: int) -> np.ndarray:
-        out = np.empty(n_jobs)
-        for lo in range(0, n_jobs, _BLOCK):
-            hi = min(n_jobs, lo + _BLOCK)
-            out[lo:hi] = self._simulate(rng, hi - lo)
-        return out
+        """The next ``n_jobs`` job durations of ``rng``'s stream, simulated ahead in blocks
+        of up to ``_BLOCK`` jobs, 16 times what is asked (one stream per generator,
+        deterministic in its seed and the sizes asked for)."""
+        _, ahead = self._ahead.pop(id(rng), (rng, np.empty(0)))
+        while len(ahead) < n_jobs:
+            more = self._simulate(rng, max(min(_BLOCK, 16 * n_jobs), n_jobs - len(ahead)))
+            ahead = np.concatenate([ahead, more])
+        # the generator is held with its jobs, so its id cannot be reused meanwhile
+        self._ahead[id(rng)] = (rng, ahead[n_jobs:])
+        while len(self._ahead) > _STREAMS:
+            self._ahead.pop(next(iter(self._ahead)))
+        return ahead[:n_jobs]
 
     def describe(self) -> str:
         cut = f", cut at {self.timeout:g} s" if np.isfinite(self.timeout) else ""
@@ -215,11 +227,12 @@ class TurnJob:
         )
 
     def _simulate(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        """Makespans of ``n`` jobs, all simulated at once, one event per job per step.
+        """Makespans of ``n`` jobs, all simulated at once.
 
-        Session state lives in flat arrays of ``c * n``, session-major (a reduction over a
-        job's sessions is then a vectorised one across rows); a step does a few passes over them
-        (the next event of every job) and touches only the sessions with an event.
+        Session state lives in flat arrays of ``n * c``, job by job. A step finds every
+        job's next event (an argmin over its sessions' decode targets and timed ends) and
+        handles exactly one event per job; events at the same moment take several steps
+        of zero time, which changes nothing (no time passes between them).
         """
         c = min(self.concurrency, self.episodes)
         size, inf = n * c, np.inf
@@ -233,51 +246,56 @@ class TurnJob:
         nturns = np.zeros(size, np.int64)
         row = np.zeros(size, np.int64)
         end_s, prompt, reply = np.zeros(size), np.zeros(size), np.zeros(size)
-        when2, target2 = when.reshape(c, n), target.reshape(c, n)
+        when2, target2 = when.reshape(n, c), target.reshape(n, c)
+        every = np.arange(n)
         t = np.zeros(n)
         virt = np.zeros(n)  # tokens a sequence in the batch has decoded since time 0
         batch = np.zeros(n, np.int64)  # sessions decoding, per job
-        held = np.zeros(n)  # context they hold
-        assigned = np.full(n, c)
+        held = np.zeros(n)  # the context they hold
+        assigned = np.full(n, c)  # episodes started, per job
         busy = np.full(n, c)  # sessions with an episode, per job
 
         def begin(idx: np.ndarray, number: np.ndarray) -> None:
             """Start episodes ``number`` (of their jobs) in sessions ``idx``: their start,
             then turn 0's prefill."""
-            turns, start, end, r = src.episodes(rng, number, idx % n)
+            turns, start, end, r = src.episodes(rng, number, idx // c)
             p, rep = src.turn(rng, r)
-            now = t[idx % n]
+            now = t[idx // c]
             nturns[idx], end_s[idx], row[idx], seg[idx] = turns, end, r, 0
             prompt[idx], reply[idx] = p, rep
             deadline[idx] = now + timeout
             when[idx] = np.minimum(now + start + prefill * p, deadline[idx])
 
         def leave(idx: np.ndarray) -> None:
-            """Sessions ``idx`` leave the decode batch."""
-            jobs = idx % n
-            batch[:] -= np.bincount(jobs, minlength=n)
-            held[:] -= np.bincount(jobs, weights=ctx[idx], minlength=n)
+            """Sessions ``idx`` (one per job) leave the decode batch."""
+            jobs = idx // c
+            batch[jobs] -= 1
+            held[jobs] -= ctx[idx]
             dec[idx], target[idx], ctx[idx] = False, inf, 0.0
 
         src.new_block(rng, n)
-        begin(np.arange(size), np.arange(size) // n)
+        begin(np.arange(size), np.tile(np.arange(c), n))
         live = np.ones(n, bool)
         while live.any():
             step = self.engine.step_s(np.maximum(batch, 1), held)
-            first = target2.min(axis=0)
+            ds, ws = target2.argmin(axis=1), when2.argmin(axis=1)
+            first, soonest = target2[every, ds], when2[every, ws]
             with np.errstate(invalid="ignore"):
                 t_dec = np.where(batch > 0, t + (first - virt) * step, inf)
-            t_next = np.minimum(t_dec, when2.min(axis=0))
+            is_dec = t_dec <= soonest
+            t_next = np.where(is_dec, t_dec, soonest)
             go = np.isfinite(t_next)
-            # Virtual tokens: exactly the first finisher's target when a decode ends first.
-            adv = np.where(t_dec <= t_next, first, virt + (t_next - t) / step)
+            # Virtual tokens: exactly the finisher's target when a decode ends.
+            adv = np.where(is_dec, first, virt + (t_next - t) / step)
             virt = np.where(go & (batch > 0), adv, virt)
             t = np.where(go, t_next, t)
-            ended = np.flatnonzero(target2 <= virt)  # decodes done
-            due = np.flatnonzero(when2 <= t)  # timed parts done, or deadlines
-            cut = due[deadline[due] <= t[due % n]]
+            jd = np.flatnonzero(go & is_dec)
+            jt = np.flatnonzero(go & ~is_dec)
+            ended = jd * c + ds[jd]  # a decode ended
+            due = jt * c + ws[jt]  # a timed part ended, or a deadline came
+            cut = deadline[due] <= t[jt]
+            cut, due = due[cut], due[~cut]  # a decoder is due only at its deadline
             if len(cut):
-                ended = np.setdiff1d(ended, cut, assume_unique=True)
                 leave(cut[dec[cut]])
             # A decode ended: this turn's command, then the next turn's prefill or the end.
             if len(ended):
@@ -288,33 +306,27 @@ class TurnJob:
                 prompt[more], reply[more] = p, rep
                 seg[ended] += 1
                 tail = np.where(seg[ended] < nturns[ended], prefill * prompt[ended], end_s[ended])
-                when[ended] = np.minimum(t[ended % n] + cmd + tail, deadline[ended])
+                when[ended] = np.minimum(t[jd] + cmd + tail, deadline[ended])
             # A timed part ended: decode the next turn, or the episode is over.
-            done = due[~dec[due]] if len(cut) == 0 else np.setdiff1d(due, cut, assume_unique=True)
-            to_dec = done[seg[done] < nturns[done]]
+            to_dec = due[seg[due] < nturns[due]]
             if len(to_dec):
-                jobs = to_dec % n
+                jobs = to_dec // c
                 target[to_dec] = virt[jobs] + reply[to_dec]
                 ctx[to_dec] = prompt[to_dec] + reply[to_dec] / 2
                 dec[to_dec] = True
                 when[to_dec] = deadline[to_dec]
-                batch[:] += np.bincount(jobs, minlength=n)
-                held[:] += np.bincount(jobs, weights=ctx[to_dec], minlength=n)
-            over = done[seg[done] >= nturns[done]]
+                batch[jobs] += 1
+                held[jobs] += ctx[to_dec]
+            over = due[seg[due] >= nturns[due]]
             if len(cut):
-                over = np.union1d(over, cut)
+                over = np.concatenate([over, cut])
             if len(over):
                 when[over], deadline[over] = inf, inf
-                over = over[np.argsort(over % n, kind="stable")]  # job by job
-                jobs = over % n
-                rank = np.arange(len(over)) - np.searchsorted(jobs, jobs)
-                number = assigned[jobs] + rank
-                keep = number < self.episodes
-                refill = over[keep]
-                refilled = np.bincount(refill % n, minlength=n)
-                assigned[:] += refilled
-                busy[:] += refilled - np.bincount(jobs, minlength=n)
-                if len(refill):
-                    begin(refill, number[keep])
+                jobs = over // c
+                more_eps = assigned[jobs] < self.episodes
+                if more_eps.any():
+                    begin(over[more_eps], assigned[jobs[more_eps]])
+                    assigned[jobs[more_eps]] += 1
+                busy[jobs[~more_eps]] -= 1
                 live = busy > 0
         return t
