@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import base64
 import html
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -37,9 +38,13 @@ METRICS = {  # column -> (heading, scale, format)
 
 def point_table(results: pd.DataFrame, axes: tuple[str, ...]) -> pd.DataFrame:
     """One row per point: its axis values, policy, and each metric's mean over seeds."""
+    results = results.copy()
     keys = ["point", *axes, "policy_label"]
-    # JSON-valued axes (whole mappings) are summarised by the policy label column instead
-    keys = [k for k in keys if not results[k].astype(str).str.startswith("{").any()]
+    mappings = [k for k in keys if results[k].astype(str).str.startswith("{").any()]
+    for k in mappings:  # a whole mapping per value (job.engine.roofline): what differs
+        if k != "policy":  # the policy is named by the policy label column
+            results[k] = mapping_labels(results[k])
+    keys = [k for k in keys if k != "policy"]
     cols = [c for c in METRICS if c in results.columns]
     table = results.groupby(keys, as_index=False, sort=True).agg(
         seeds=("seed", "nunique"), **{c: (c, "mean") for c in cols}
@@ -48,6 +53,17 @@ def point_table(results: pd.DataFrame, axes: tuple[str, ...]) -> pd.DataFrame:
         heading, scale, fmt = METRICS[c]
         table[heading] = (table.pop(c) * scale).map(fmt.format)
     return table.drop(columns="point").rename(columns={"policy_label": "policy"})
+
+
+def mapping_labels(values: pd.Series) -> pd.Series:
+    """Mapping-valued axis values (JSON) labelled by the fields that differ among them,
+    e.g. ``bandwidth=3.35e+12``."""
+    parsed = {v: json.loads(v) for v in values.unique()}
+    fields = sorted({f for m in parsed.values() for f in m})
+    differ = [f for f in fields if len({json.dumps(m.get(f)) for m in parsed.values()}) > 1]
+    show = lambda x: f"{x:g}" if isinstance(x, float) else str(x)  # noqa: E731
+    label = {v: ", ".join(f"{f}={show(m.get(f))}" for f in differ) or v for v, m in parsed.items()}
+    return values.map(label)
 
 
 def markdown_table(table: pd.DataFrame) -> str:

@@ -130,3 +130,23 @@ def test_a_run_without_episodes_exits_2(tmp_path, capsys):
     assert main(["validate", str(tmp_path), "--durations", "turns"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "needs episodes.parquet" in err[0]
+
+
+def test_the_sweep_report_names_a_mapping_axis_by_what_differs():
+    from staleness_sim.sweeps.report import point_table
+
+    h200 = {"params": 7.6e9, "bandwidth": 4.8e12}
+    h100 = {"params": 7.6e9, "bandwidth": 3.35e12}
+    res = pd.DataFrame(
+        {
+            "point": [0, 1],
+            "job.engine.roofline": [json.dumps(h200), json.dumps(h100)],
+            "policy": ['{"kind": "sync"}'] * 2,
+            "policy_label": ["sync"] * 2,
+            "seed": [0, 0],
+            "results_per_hour": [10.0, 7.0],
+        }
+    )
+    table = point_table(res, ("job.engine.roofline", "policy"))
+    assert list(table["job.engine.roofline"]) == ["bandwidth=4.8e+12", "bandwidth=3.35e+12"]
+    assert "policy" in table.columns and len(table) == 2
