@@ -248,7 +248,15 @@ class Chaos:
         return False
 
     def jobs_running(self) -> bool:
+        """Whether this process runs a job (a resumed journal lists the dead one's until the
+        new process has started and cancelled them: only events after its segment count)."""
         ev = self.events() if (self.run / "journal.jsonl").exists() else []
+        mine = [
+            i for i, e in enumerate(ev) if e["e"] == "segment" and e.get("pid") == self.proc.pid
+        ]
+        if not mine:
+            return False
+        ev = ev[mine[0] :]
         started = {e["job"] for e in ev if e["e"] == "run"}
         return bool(started - {e["job"] for e in ev if e["e"] in ("result", "cancel")})
 

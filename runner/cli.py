@@ -39,14 +39,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminate(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    # SIGTERM unwinds like Ctrl-C so sandboxes are removed on the way out.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # SIGTERM unwinds like Ctrl-C so sandboxes are removed on the way out, and ends the same
+    # way (exit 130, a resumable run) wherever it lands, start-up included.
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         return int(args.func(args) or 0)
     except UserError as exc:

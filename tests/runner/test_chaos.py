@@ -41,3 +41,28 @@ def test_short_chaos_run_loses_nothing(engine, tiny_model, tmp_path):
     assert v["transcript_lines_damaged"] == 0, v
     assert v["containers_left"] == v["processes_left"] == 0, v
     assert v["hashes_equal"], v
+
+
+def test_sigterm_during_start_up_ends_like_ctrl_c(engine, run_config, tmp_path):
+    """Found by the long chaos run: SIGTERM before the run loop (loading the model, building
+    the task pool) exited 143 where the run loop's handler, and the documentation, say 130."""
+    import os
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner.cli", "train", str(run_config()), "--out", str(run)]
+        + ["--no-progress"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not (run / "config.yaml").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)  # the run directory is made once the command (and its handler) runs
+    os.kill(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "es-runner: interrupted" in err, (proc.returncode, err)
+    assert not (run / "journal.jsonl").read_text().strip()  # it stopped before the run began
