@@ -214,3 +214,21 @@ def test_bad_turn_model_input_exits_2_with_one_line_naming_the_field(
     assert main(["run", str(path)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], lines
+
+
+def test_an_episode_cut_by_its_timeout_leaves_the_batch_at_once():
+    # timeout 3 s. A decodes 1000 tokens from 0 (cut at 3). B starts 0.5 s late and
+    # decodes 50 tokens beside A (batch 2): ends at 0.5 + 50 * 0.015 = 1.25. C takes B's
+    # session at 1.25 with 200 tokens: 1.75 s at batch 2 (116.67 tokens) until A is cut at
+    # 3.0, then alone at 0.01 s a step for the other 83.33.
+    rows = table(turns=[1, 1, 1], reply_tokens=[1000, 50, 200], start_s=[0, 0.5, 0], order="cycle")
+    job = job_of(
+        {
+            "episodes": 3,
+            "concurrency": 2,
+            "turns": {"table": rows, "timeout_s": 3.0},
+            "engine": {"curve": CURVE},
+        }
+    )
+    with_a = (3.0 - 1.25) / 0.015
+    assert durations(job) == pytest.approx([3.0 + (200 - with_a) * 0.01] * 3, rel=1e-12)
