@@ -260,6 +260,8 @@ def make_duration(spec: Any) -> DurationModel:
     """Build a sampler from a spec (a spec model or a plain dict, validated here)."""
     if isinstance(spec, DurationModel):
         return spec
+    if spec is None:  # e.g. a turn-model job (job.turns) asked for one duration law
+        raise ValueError("no duration law here: a turn-model job (job.turns) has none")
     if not isinstance(spec, _Spec):
         spec = _SPEC_ADAPTER.validate_python(spec)
     cap = spec.cap

@@ -232,3 +232,18 @@ def test_an_episode_cut_by_its_timeout_leaves_the_batch_at_once():
     )
     with_a = (3.0 - 1.25) / 0.015
     assert durations(job) == pytest.approx([3.0 + (200 - with_a) * 0.01] * 3, rel=1e-12)
+
+
+def test_the_queue_pipeline_refuses_a_turn_model_job_in_one_line(tmp_path, capsys):
+    data = {
+        "pipeline": "queue",
+        "updates": 5,
+        "rollout": {"concurrency": 4, "group_size": 1, "job": GOOD_JOB},
+        "trainer": {"batch": 4, "step": {"dist": "constant", "value": 1.0}},
+        "queue": {"capacity": 2, "rule": "block"},
+    }
+    path = tmp_path / "q.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["run", str(path)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "turn-model job" in lines[0], lines
