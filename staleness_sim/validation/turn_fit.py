@@ -74,7 +74,10 @@ def per_turn(eps: pd.DataFrame) -> bool:
     """Whether the run recorded each turn's generation (``turn_start``, ``turn_gen_s``...)."""
     cols = ("turn_start", "turn_gen_s", "turn_tokens_out")
     return all(c in eps for c in cols) and bool(
-        eps["turn_gen_s"].map(lambda x: x is not None and len(x)).eq(eps["turns"]).all()
+        eps["turn_gen_s"]
+        .map(lambda x: len(x) if hasattr(x, "__len__") else -1)
+        .eq(eps["turns"])
+        .all()
     )
 
 

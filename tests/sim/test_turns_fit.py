@@ -150,3 +150,10 @@ def test_the_sweep_report_names_a_mapping_axis_by_what_differs():
     table = point_table(res, ("job.engine.roofline", "policy"))
     assert list(table["job.engine.roofline"]) == ["bandwidth=4.8e+12", "bandwidth=3.35e+12"]
     assert "policy" in table.columns and len(table) == 2
+
+
+def test_a_run_partly_without_per_turn_records_falls_back_to_the_flat_curve():
+    eps = synthetic_episodes(0.004, 0.0015)
+    eps.loc[0, "turn_gen_s"] = np.nan  # an episode recorded before per-turn records (a resume)
+    _, how = fit_engine(eps, concurrency=4)
+    assert "flat" in how
