@@ -15,7 +15,10 @@ Faults (kinds):
 - ``torn-journal``: a torn last line appended to journal.jsonl after a kill;
 - ``truncated-trace``: jobs.parquet cut to half and transcripts.jsonl cut mid-line after a kill;
 - ``engine-restart`` (``--engine-restart`` only: the engine is shared by everything on the
-  machine): the Docker engine stopped and started again while jobs run.
+  machine): the Docker engine stopped and started again while jobs run;
+- ``disk-full`` (``--disk-full``, as root): the run directory lives on a small tmpfs, which a
+  filler file fills while jobs run; once the run has stopped (or a minute on) the filler is
+  removed and the run resumed.
 
 Every kill is followed by ``es-runner train --resume``. In-process moments (a commit, a
 checkpoint write, an evaluation, a verifier) are reached by running the trainer through this
@@ -32,12 +35,13 @@ process rebuilding the weights from the update log).
     python benchmarks/chaos.py --seed 1 --engine-restart   # also stops the Docker engine
 
 Not done: a Ray worker actor killed (``ray.kill``) or its process SIGKILLed
-(``backend: ray``), and a full disk under the run directory.
+(``backend: ray``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -53,7 +57,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 HOOKS = {"sigkill-commit", "sigkill-after-commit", "sigkill-checkpoint", "sigkill-eval"}
 IN_PROCESS = HOOKS | {"docker-kill-verifier"}
-ENDS_PROCESS = HOOKS | {"sigkill", "sigkill-resume", "sigint", "sigterm"}
+ENDS_PROCESS = HOOKS | {"sigkill", "sigkill-resume", "sigint", "sigterm", "disk-full"}
 BETWEEN = {"torn-journal", "truncated-trace"}  # applied to a stopped run's files
 LONG_PLAN = (
     ["sigkill"] * 4
@@ -176,6 +180,7 @@ class Chaos:
         self.exit_codes: list[tuple[str, int | None]] = []
         self.restarts = 0
         self.to_survive: list[str] = []  # faults the running process has met so far
+        self.disk_full_exits: list[int | None] = []
 
     # -- processes --------------------------------------------------------------------------
     def start(self, hooks: set[str]) -> None:
@@ -328,6 +333,26 @@ class Chaos:
                 self.to_survive.append(kind)
             else:
                 self.not_reached[kind] += 1
+        elif kind == "disk-full":
+            self.wait_for(self.jobs_running, 120)
+            time.sleep(self.rng.uniform(0.0, self.args.max_delay))
+            if not self.alive():
+                self.not_reached[kind] += 1
+                return
+            filler = self.run.parent / "filler"
+            with open(filler, "wb") as f, contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * 2**20)
+                    f.flush()
+            self.injected[kind] += 1
+            code = self.wait_exit(60)
+            self.disk_full_exits.append(code)
+            if code is None:
+                self.survived[kind] += 1  # still running on a full disk
+            else:
+                self.resumed[kind] += 1
+                self.snapshots.append((kind, self.commits()))
+            filler.unlink()
         elif kind == "engine-restart":
             self.wait_for(self.jobs_running, 120)
             engine_restart(self.args.engine_stop_s)
@@ -359,6 +384,8 @@ class Chaos:
         faults = list(SHORT_PLAN if self.args.short else LONG_PLAN)
         if self.args.engine_restart:
             faults.append("engine-restart")
+        if self.args.disk_full:
+            faults.append("disk-full")
         self.rng.shuffle(faults)
         ending = [f for f in faults if f in ENDS_PROCESS and f != "sigkill-resume"]
         segments = [[f] for f in ending]
@@ -467,6 +494,10 @@ class Chaos:
             final_hash = json.loads(line).get("final_hash", final_hash)
         rebuilt = export_hash(self.run, self.work / "export")
         tmp_left = sorted(p.name for p in self.run.rglob("*.tmp"))
+        # a process stopped by a fault says why in a line; a traceback is a failure
+        tracebacks = [
+            p.name for p in self.work.glob("segment-*.log") if "Traceback" in p.read_text()
+        ]
         return {
             "seed": self.args.seed,
             "updates": self.args.updates,
@@ -486,6 +517,7 @@ class Chaos:
             "containers_left": len({c["Id"] for c in left + ours}),
             "processes_left": len(procs_left),
             "temporary_files_left": tmp_left,
+            "tracebacks": tracebacks,
             "nonzero_updates": sum(
                 any(coef != 0.0 for _, coef in c["record"]["entries"]) for c in commits
             ),
@@ -494,6 +526,7 @@ class Chaos:
             "hashes_equal": final_hash is not None and final_hash == rebuilt,
             "sigint_sigterm_exit_codes": self.exit_codes,
             "final_exit_code": self.final_exit,
+            "disk_full_exit_codes": self.disk_full_exits,
             "work": str(self.work),
         }
 
@@ -556,10 +589,11 @@ def format_table(v: dict) -> str:
         f"damaged transcript lines: {v['transcript_lines_damaged']}",
         f"containers left behind: {v['containers_left']}   processes left behind: "
         f"{v['processes_left']}   temporary files left: {len(v['temporary_files_left'])}",
+        f"processes that ended in a traceback: {len(v['tracebacks'])}",
         f"final weights {str(v['final_weights_hash'])[:16]} vs rebuilt from the update log "
         f"{str(v['rebuilt_weights_hash'])[:16]}: {'equal' if v['hashes_equal'] else 'DIFFERENT'}",
         f"SIGINT/SIGTERM exit codes: {v['sigint_sigterm_exit_codes']}; the last process: "
-        f"{v['final_exit_code']}",
+        f"{v['final_exit_code']}; disk full: {v['disk_full_exit_codes']}",
     ]
     return "\n".join(rows)
 
@@ -571,6 +605,9 @@ def write_config(args: argparse.Namespace, work: Path) -> Path:
     base["updates"] = args.updates
     base["model"]["path"] = str(args.model)
     base["eval_every"] = args.eval_every
+    # graded fitness: a random model passes some of a task's checks now and then, so the
+    # updates are not all zero and the weights-hash check compares real weights
+    base["es"]["reward"] = "graded"
     base["tasks"] = {"generate": {"n": args.tasks, "seed": 0}, "split": "train"}
     if args.short:
         base.update(cohort=2, episodes_per_job=2, concurrency=2, max_turns=2)
@@ -595,6 +632,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="work folder (default: a temporary one)")
     p.add_argument("--engine-restart", action="store_true", help="also stop and restart dockerd")
     p.add_argument("--engine-stop-s", type=float, default=5.0)
+    p.add_argument("--disk-full", action="store_true", help="run on a small tmpfs (root)")
+    p.add_argument("--disk-mb", type=int, default=64, help="the tmpfs's size")
     p.add_argument("--max-delay", type=float, default=8.0, help="seconds a fault may wait")
     p.add_argument("--hook-timeout", type=float, default=180.0)
     p.add_argument("--finish-timeout", type=float, default=1800.0)
@@ -615,7 +654,19 @@ def main(argv: list[str] | None = None) -> int:
                 env={**os.environ, "PYTHONPATH": str(REPO)},
             )
     args.config_path = write_config(args, work)
-    verdict = Chaos(args, work).go()
+    chaos = Chaos(args, work)
+    if args.disk_full:  # the run directory on a filesystem of its own that can fill up
+        chaos.run = work / "disk" / "run"
+        chaos.run.parent.mkdir(exist_ok=True)
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={args.disk_mb}m", "tmpfs", str(chaos.run.parent)],
+            check=True,
+        )
+    try:
+        verdict = chaos.go()
+    finally:
+        if args.disk_full:
+            subprocess.run(["umount", "-l", str(chaos.run.parent)], check=False)
     print(json.dumps(verdict) if args.json else format_table(verdict))
     return 0
 

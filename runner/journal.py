@@ -8,6 +8,7 @@ journal never holds half an event. Commits are fsync'd before anyone acts on the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -61,7 +62,13 @@ class Journal:
             os.fsync(self._file.fileno())
 
     def close(self) -> None:
-        if not self._file.closed:
+        if self._file.closed:
+            return
+        try:
             self._file.flush()
             os.fsync(self._file.fileno())
-            self._file.close()
+        except OSError:  # a full disk: what it kept is a torn tail, cut when reopened
+            pass
+        finally:
+            with contextlib.suppress(OSError):  # (closing flushes the same bytes again)
+                self._file.close()

@@ -66,3 +66,21 @@ def test_sigterm_during_start_up_ends_like_ctrl_c(engine, run_config, tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "es-runner: interrupted" in err, (proc.returncode, err)
     assert not (run / "journal.jsonl").read_text().strip()  # it stopped before the run began
+
+
+def test_a_journal_on_a_full_disk_fails_the_write_and_closes_quietly(tmp_path):
+    """Found by chaos --disk-full: closing the journal after a failed write flushed the same
+    bytes again and raised, so the run ended in a traceback instead of its one-line 'cannot
+    write the journal ...; free space and resume'."""
+    from runner.journal import Journal, read_events
+
+    path = tmp_path / "journal.jsonl"
+    j = Journal(path)
+    j.append({"e": "a"}, durable=True)
+    j._file.close()
+    j._file = open("/dev/full", "a", encoding="utf-8")  # every write: ENOSPC  # noqa: SIM115
+    with pytest.raises(OSError, match="No space left"):
+        j.append({"e": "b"}, durable=True)
+    j.close()
+    assert j._file.closed
+    assert read_events(path)[0] == [{"e": "a"}]
