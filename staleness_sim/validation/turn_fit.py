@@ -147,10 +147,10 @@ def turn_job(run: MeasuredRun, scale: dict[int, float] | None = None) -> tuple[d
     turns: dict[str, Any] = {"table": episode_table(eps)}
     if run.episode_timeout is not None:
         turns["timeout_s"] = run.episode_timeout
-    step = engine["curve"]["step_s"]
+    step, top = engine["curve"]["step_s"], engine["curve"]["batch"][1]
     what = (
         f"{d} episodes of turns over {c} sessions on one engine: {eps['job_id'].nunique()} "
         f"measured jobs' {len(eps)} episodes replayed a job at a time; decode step "
-        f"{step[0] * 1e3:.3g} ms at batch 1, {step[1] * 1e3:.3g} ms at {c} ({how})"
+        f"{step[0] * 1e3:.3g} ms at batch 1, {step[1] * 1e3:.3g} ms at {top} ({how})"
     )
     return {"episodes": d, "concurrency": c, "turns": turns, "engine": engine}, what
