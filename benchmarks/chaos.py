@@ -16,6 +16,8 @@ Faults (kinds):
 - ``truncated-trace``: jobs.parquet cut to half and transcripts.jsonl cut mid-line after a kill;
 - ``engine-restart`` (``--engine-restart`` only: the engine is shared by everything on the
   machine): the Docker engine stopped and started again while jobs run;
+- ``ray-kill``, ``ray-worker-sigkill`` (``--ray``: ``backend: ray``): a worker's Ray actor
+  killed with ``ray.kill`` while its job runs, and an actor's process SIGKILLed;
 - ``disk-full`` (``--disk-full``, as root): the run directory lives on a small tmpfs, which a
   filler file fills while jobs run; once the run has stopped (or a minute on) the filler is
   removed and the run resumed.
@@ -34,8 +36,6 @@ process rebuilding the weights from the update log).
     python benchmarks/chaos.py --short --seed 0        # a few faults, about two minutes
     python benchmarks/chaos.py --seed 1 --engine-restart   # also stops the Docker engine
 
-Not done: a Ray worker actor killed (``ray.kill``) or its process SIGKILLed
-(``backend: ray``).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 HOOKS = {"sigkill-commit", "sigkill-after-commit", "sigkill-checkpoint", "sigkill-eval"}
-IN_PROCESS = HOOKS | {"docker-kill-verifier"}
+IN_PROCESS = HOOKS | {"docker-kill-verifier", "ray-kill"}
 ENDS_PROCESS = HOOKS | {"sigkill", "sigkill-resume", "sigint", "sigterm", "disk-full"}
 BETWEEN = {"torn-journal", "truncated-trace"}  # applied to a stopped run's files
 LONG_PLAN = (
@@ -144,6 +144,26 @@ def child(argv: list[str]) -> int:
         return verify(sandbox, task, **kwargs)
 
     episode.verify_final = chaos_verify
+    if "ray-kill" in armed:
+        from runner.workers import ray_driver
+
+        run_job = ray_driver.RayWorker.run_job
+        ray_once = threading.Lock()
+
+        def chaos_run_job(self, job, abort):
+            if ray_once.acquire(blocking=False):
+
+                def kill(actor=self.actor, pid=self.pid):
+                    import ray
+
+                    time.sleep(1.0)  # its episodes under way
+                    fired("ray-kill", actor_pid=pid)
+                    ray.kill(actor)
+
+                threading.Thread(target=kill, daemon=True).start()
+            return run_job(self, job, abort)
+
+        ray_driver.RayWorker.run_job = chaos_run_job
     main = orchestrator.Orchestrator._main
 
     async def chaos_main(self):
@@ -151,8 +171,14 @@ def child(argv: list[str]) -> int:
         if outcome.status == "finished":  # the live weights at the end, for the hash check
             worker = self.workers[0]
             worker.sync(list(self.state.log))
+            if hasattr(worker, "actor"):  # a Ray actor: (version, hash) from its process
+                import ray
+
+                digest = ray.get(worker.actor.weights_hash.remote())[1]
+            else:
+                digest = worker.backend.weights_hash()
             with open(log_path, "a") as f:
-                line = {"final_hash": worker.backend.weights_hash(), "version": outcome.version}
+                line = {"final_hash": digest, "version": outcome.version}
                 f.write(json.dumps(line) + "\n")
         return outcome
 
@@ -181,6 +207,7 @@ class Chaos:
         self.restarts = 0
         self.to_survive: list[str] = []  # faults the running process has met so far
         self.disk_full_exits: list[int | None] = []
+        self.segment_codes: dict[str, int | None] = {}
 
     # -- processes --------------------------------------------------------------------------
     def start(self, hooks: set[str]) -> None:
@@ -210,6 +237,18 @@ class Chaos:
         for kind in self.to_survive:
             self.survived[kind] += code in (0, 130, -signal.SIGKILL)
         self.to_survive = []
+        self.segment_codes[f"segment-{len(self.pids) - 1}.log"] = code
+
+    def actor_pids(self) -> list[int]:
+        """The run's Ray actors, from run.log (``worker i: Ray actor pid P on HOST``); those
+        of earlier processes exited with them."""
+        path = self.run / "run.log"
+        text = path.read_text() if path.exists() else ""
+        return [
+            int(line.split(": Ray actor pid ")[1].split()[0])
+            for line in text.splitlines()
+            if ": Ray actor pid " in line
+        ]
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -268,10 +307,10 @@ class Chaos:
     def sandboxes(self, running_only: bool = True) -> list[dict]:
         from runner.terminal.reaper import LABEL_OWNER, LABEL_SANDBOX
 
-        out = []
+        out, owners = [], set(self.pids) | set(self.actor_pids())
         for c in self.docker.api.containers(all=not running_only, filters={"label": LABEL_SANDBOX}):
             owner = json.loads((c.get("Labels") or {}).get(LABEL_OWNER, "{}") or "{}")
-            if owner.get("pid") in self.pids:
+            if owner.get("pid") in owners:
                 out.append(c)
         return out
 
@@ -327,12 +366,22 @@ class Chaos:
             subprocess.run(["docker", "kill", target], capture_output=True, timeout=60)
             self.injected[kind] += 1
             self.to_survive.append(kind)
-        elif kind == "docker-kill-verifier":
-            if self.wait_for(lambda: self.fired(kind), self.args.hook_timeout):
+        elif kind in ("docker-kill-verifier", "ray-kill"):
+            if self.wait_for(lambda: self.fired(kind), self.args.hook_timeout) or self.fired(kind):
                 self.injected[kind] += 1
                 self.to_survive.append(kind)
             else:
                 self.not_reached[kind] += 1
+        elif kind == "ray-worker-sigkill":
+            self.wait_for(self.jobs_running, 120)
+            time.sleep(self.rng.uniform(0.0, self.args.max_delay))
+            pids = [p for p in self.actor_pids() if _alive(p)]
+            if not self.alive() or not pids:
+                self.not_reached[kind] += 1
+                return
+            os.kill(self.rng.choice(pids), signal.SIGKILL)
+            self.injected[kind] += 1
+            self.to_survive.append(kind)
         elif kind == "disk-full":
             self.wait_for(self.jobs_running, 120)
             time.sleep(self.rng.uniform(0.0, self.args.max_delay))
@@ -386,6 +435,8 @@ class Chaos:
             faults.append("engine-restart")
         if self.args.disk_full:
             faults.append("disk-full")
+        if self.args.ray:
+            faults += ["ray-kill", "ray-worker-sigkill"]
         self.rng.shuffle(faults)
         ending = [f for f in faults if f in ENDS_PROCESS and f != "sigkill-resume"]
         segments = [[f] for f in ending]
@@ -486,17 +537,22 @@ class Chaos:
         ours = [
             c
             for c in self.docker.api.containers(all=True, filters={"label": LABEL_OWNER})
-            if json.loads(c["Labels"][LABEL_OWNER]).get("pid") in self.pids
+            if json.loads(c["Labels"][LABEL_OWNER]).get("pid")
+            in set(self.pids) | set(self.actor_pids())
         ]
-        procs_left = [p for p in self.pids if _alive(p)]
+        procs_left = [p for p in self.pids + self.actor_pids() if _alive(p)]
         final_hash = None
         for line in self.log_path.read_text().splitlines():
             final_hash = json.loads(line).get("final_hash", final_hash)
         rebuilt = export_hash(self.run, self.work / "export")
         tmp_left = sorted(p.name for p in self.run.rglob("*.tmp"))
-        # a process stopped by a fault says why in a line; a traceback is a failure
+        # a process stopped by a fault says why in a line: one that failed and whose log ends
+        # in a traceback did not (a worker's crash logged with its traceback is no failure)
         tracebacks = [
-            p.name for p in self.work.glob("segment-*.log") if "Traceback" in p.read_text()
+            name
+            for name, code in self.segment_codes.items()
+            if code not in (0, 130, -signal.SIGKILL)
+            and "Traceback" in "\n".join((self.work / name).read_text().splitlines()[-40:])
         ]
         return {
             "seed": self.args.seed,
@@ -609,6 +665,8 @@ def write_config(args: argparse.Namespace, work: Path) -> Path:
     # updates are not all zero and the weights-hash check compares real weights
     base["es"]["reward"] = "graded"
     base["tasks"] = {"generate": {"n": args.tasks, "seed": 0}, "split": "train"}
+    if args.ray:
+        base["backend"] = "ray"
     if args.short:
         base.update(cohort=2, episodes_per_job=2, concurrency=2, max_turns=2)
         base["sampling"]["max_new_tokens"] = 12
@@ -633,6 +691,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engine-restart", action="store_true", help="also stop and restart dockerd")
     p.add_argument("--engine-stop-s", type=float, default=5.0)
     p.add_argument("--disk-full", action="store_true", help="run on a small tmpfs (root)")
+    p.add_argument("--ray", action="store_true", help="backend: ray, with its faults")
     p.add_argument("--disk-mb", type=int, default=64, help="the tmpfs's size")
     p.add_argument("--max-delay", type=float, default=8.0, help="seconds a fault may wait")
     p.add_argument("--hook-timeout", type=float, default=180.0)
