@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 import yaml
-from conftest import cli
+from conftest import REPO, cli
 
 from runner import cli as runner_cli
 from runner.backends import GenerationRequest
@@ -32,8 +32,6 @@ PROMPTS = [
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, tiny_model):
     """A copied run (config.yaml and checkpoint, no journal) of two updates of the tiny model."""
-    from conftest import REPO
-
     root = tmp_path_factory.mktemp("export")
     data = yaml.safe_load((REPO / "configs/runner/cpu_tiny.yaml").read_text())
     data["model"]["path"] = str(tiny_model)

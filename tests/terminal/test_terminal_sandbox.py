@@ -107,7 +107,13 @@ def test_fork_bomb_is_contained(sandbox):
     """The kernel stops the bomb at the process limit, the sandbox kills what it left and
     says so, and the container is back at its idle processes: each seen by the engine."""
     first = sandbox.run(":(){ :|:& };:", 5)
-    time.sleep(1)  # the bomb fills the container (unless the first command's check killed it)
+    # The bomb fills the container (unless the first command's check killed it already):
+    # wait until the engine counts the limit, however loaded the machine is.
+    deadline = time.monotonic() + 60
+    while "its process limit" not in first.output and time.monotonic() < deadline:
+        if sandbox.container.stats(stream=False, one_shot=True)["pids_stats"]["current"] >= 128:
+            break
+        time.sleep(0.2)
     second = sandbox.run("ls /home | head -1", 10)  # two forks: fails in a full container
     assert "its process limit (128)" in first.output + second.output
     assert second.exit_code == 0 and second.output.splitlines()[0] == "user"
