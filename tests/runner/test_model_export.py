@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, cli
+from conftest import cli
 
 from runner import cli as runner_cli
 from runner.backends import GenerationRequest
@@ -17,6 +18,8 @@ from runner.config import load_run_config, resolve_paths
 from runner.es import UpdateRecord, write_checkpoint
 from runner.run_dir import RunDir
 from runner.workers import build_backend
+
+REPO = Path(__file__).resolve().parents[2]
 
 # Two updates with large coefficients, so the version's replies differ from the base's.
 LOG = [
