@@ -239,6 +239,15 @@ class Chaos:
         self.to_survive = []
         self.segment_codes[f"segment-{len(self.pids) - 1}.log"] = code
 
+    def _docker_kill_one(self) -> bool:
+        boxes = self.sandboxes()
+        if not boxes:
+            return False
+        time.sleep(self.rng.uniform(0.0, 0.3))  # into the episode
+        target = self.rng.choice(boxes)["Id"]
+        done = subprocess.run(["docker", "kill", target], capture_output=True, timeout=60)
+        return done.returncode == 0
+
     def actor_pids(self) -> list[int]:
         """The run's Ray actors, from run.log (``worker i: Ray actor pid P on HOST``); those
         of earlier processes exited with them."""
@@ -308,6 +317,8 @@ class Chaos:
         from runner.terminal.reaper import LABEL_OWNER, LABEL_SANDBOX
 
         out, owners = [], set(self.pids) | set(self.actor_pids())
+        if self.alive():  # Ray's actors descend from the driver (through its raylet)
+            owners |= _descendants(self.proc.pid)
         for c in self.docker.api.containers(all=not running_only, filters={"label": LABEL_SANDBOX}):
             owner = json.loads((c.get("Labels") or {}).get(LABEL_OWNER, "{}") or "{}")
             if owner.get("pid") in owners:
@@ -356,14 +367,11 @@ class Chaos:
             self.resumed[kind] += 1
             self.snapshots.append((kind, self.commits()))
         elif kind == "docker-kill-episode":
-            found = self.wait_for(lambda: bool(self.sandboxes()), 120)
-            time.sleep(self.rng.uniform(0.0, 1.0))  # into the episode
-            boxes = self.sandboxes()
-            if not found or not boxes:
+            # a container that lives a second or two: kill one as soon as it is seen running
+            killed = self.wait_for(lambda: self._docker_kill_one(), 120)
+            if not killed:
                 self.not_reached[kind] += 1
                 return
-            target = self.rng.choice(boxes)["Id"]
-            subprocess.run(["docker", "kill", target], capture_output=True, timeout=60)
             self.injected[kind] += 1
             self.to_survive.append(kind)
         elif kind in ("docker-kill-verifier", "ray-kill"):
@@ -593,6 +601,22 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
     except (OSError, IndexError):
         return False
+
+
+def _descendants(root: int) -> set[int]:
+    parent: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    parent[int(entry)] = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, ppid in parent.items() if ppid in frontier} - found
+        found |= frontier
+    return found
 
 
 def export_hash(run: Path, out: Path) -> str | None:
