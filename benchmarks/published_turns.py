@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from staleness_sim import load_scenario, simulate, summarize  # noqa: E402
-from staleness_sim.core.settings import scenario_dict  # noqa: E402
 from staleness_sim.cohort.config import validate_cohort  # noqa: E402
+from staleness_sim.core.settings import scenario_dict  # noqa: E402
 from staleness_sim.durations import make_job  # noqa: E402
 
 CONFIG = ROOT / "configs" / "sim" / "paper_turns.yaml"
