@@ -10,7 +10,7 @@ BASE_IMAGE="${ES_TERMINAL_BASE_IMAGE:-es-runner/terminal-base:bookworm}"
 MIRROR="${ES_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 DOCKERD_WAIT_S="${ES_DOCKERD_WAIT_S:-60}"
 # Packages the base image provides; keep in sync with BASE_APT_PACKAGES in
-# runner/terminal/images.py (the %post translator drops installs of these).
+# runner/terminal/native_image.py (the %post translator drops installs of these).
 BASE_PACKAGES="bash,coreutils,findutils,grep,sed,gawk,tar,gzip,bzip2,xz-utils,zip,unzip,\
 procps,psmisc,util-linux,diffutils,file,less,jq,bc,python3,python3-pytest,ca-certificates,passwd"
 

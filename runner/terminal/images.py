@@ -8,7 +8,6 @@ every task image built on it.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import fnmatch
 import io
@@ -16,7 +15,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import subprocess
 import tarfile
 import threading
@@ -28,8 +26,10 @@ import docker.errors
 
 from runner.terminal import dockerfile as dockerfile_mod
 from runner.terminal import reaper
+from runner.terminal.buildkit import buildkit_cli
 from runner.terminal.errors import ImageBuildError
-from runner.terminal.installs import FAIL_MARKER, NOTE_PREFIX, plan_installs
+from runner.terminal.installs import FAIL_MARKER, NOTE_PREFIX
+from runner.terminal.native_image import native_dockerfile
 from runner.terminal.output import strip_ansi
 from runner.terminal.task import Task
 
@@ -37,105 +37,6 @@ log = logging.getLogger(__name__)
 
 BASE_IMAGE = "es-runner/terminal-base:bookworm"
 TASK_REPO = "es-runner/task"
-# Installed by scripts/setup_docker.sh (keep in sync with BASE_PACKAGES there), plus the
-# Ubuntu names upstream %post sections use for the same things.
-BASE_APT_PACKAGES = frozenset(
-    [
-        "bash",
-        "coreutils",
-        "findutils",
-        "grep",
-        "sed",
-        "gawk",
-        "tar",
-        "gzip",
-        "bzip2",
-        "xz-utils",
-        "zip",
-        "unzip",
-        "procps",
-        "psmisc",
-        "util-linux",
-        "diffutils",
-        "file",
-        "less",
-        "jq",
-        "bc",
-        "python3",
-        "python3-pytest",
-        "ca-certificates",
-        "passwd",
-        "python3-minimal",
-        "python-is-python3",
-        "mawk",
-        "debianutils",
-        "base-files",
-        "dash",
-    ]
-)
-BASE_PIP_PACKAGES = frozenset({"pytest", "pluggy", "iniconfig", "packaging"})
-
-# The account upstream's agent is: the user who ran `apptainer`, uid 1000 on upstream's
-# machines. The base image's own `user` (uid 1000) is removed before %post so that the
-# first account %post creates gets uid 1000, exactly as on ubuntu:22.04.
-NATIVE_UID = 1000
-_NATIVE_PROLOGUE_ON_BASE = (
-    'if [ "$(id -u user 2>/dev/null)" = 1000 ]; then userdel -r user >/dev/null 2>&1 '
-    "|| userdel user; fi; "
-)
-_NATIVE_PROLOGUE = (
-    "mkdir -p /.es && (find / -xdev -path /proc -prune -o -print > /.es/before 2>/dev/null || true)"
-)
-# Files %post created as root are handed to the agent: upstream builds the image without
-# root (fakeroot), so everything %post writes belongs to the invoking user, uid 1000.
-_HANDOVER_PY = r"""
-import os, pwd
-uid = %(uid)d
-gid = pwd.getpwuid(uid).pw_gid
-before = set(open("/.es/before", encoding="utf-8", errors="surrogateescape").read().split("\n"))
-prune = {"/proc", "/sys", "/dev", "/usr", "/var/lib", "/var/cache", "/var/log/apt", "/.es",
-         "/tmp", "/var/tmp", "/run", "/boot", "/etc/ssl", "/etc/alternatives"}
-skip = {"/etc/" + n + s for n in ("passwd", "shadow", "group", "gshadow", "subuid", "subgid")
-        for s in ("", "-")} | {"/etc/ld.so.cache"}
-import fnmatch
-keep = [ln for ln in open("/.es/keep-root").read().split("\n") if ln] if os.path.exists("/.es/keep-root") else []
-
-def kept(path):
-    return any(fnmatch.fnmatch(path, k) or path.startswith(k.rstrip("/") + "/") for k in keep)
-
-count = 0
-for root, dirs, files in os.walk("/"):
-    dirs[:] = [d for d in dirs if os.path.join(root, d) not in prune
-               and not os.path.ismount(os.path.join(root, d))]
-    for name in dirs + files:
-        path = os.path.join(root, name)
-        if path in before or path in skip or kept(path):
-            continue
-        try:
-            st = os.lstat(path)
-            if st.st_uid == 0:
-                os.lchown(path, uid, gid)
-                count += 1
-        except OSError:
-            pass
-msg = "handed %%d file(s) that %%%%post created as root to uid %%d" %% (count, uid)
-print("[es-runner] " + msg)
-with open("/.es/build-notes", "a") as f:
-    f.write(msg + "\n")
-"""
-_NATIVE_EPILOGUE = (
-    "if ! getent passwd 1000 >/dev/null; then "
-    "if id user >/dev/null 2>&1; then name=agent; else name=user; fi; "
-    "useradd -u 1000 -M -d /home/user -s /bin/bash $name 2>/dev/null "
-    "|| useradd -u 1000 -M -d /home/user $name; fi; "
-    "mkdir -p /home/user /.es && "
-    "if command -v python3 >/dev/null && [ -f /.es/handover.py ]; then python3 /.es/handover.py; fi; "
-    "rm -f /.es/before /.es/handover.py /.es/keep-root; "
-    "getent passwd 1000 | cut -d: -f1 > /.es/agent-user; "
-    "rm -rf /.es/home-seed && cp -a /home/user /.es/home-seed"
-)
-# Base-image facts the %post translator relies on: which installs are already satisfied.
-PROVIDED_NOTE = "provided by the base image"
 
 
 @dataclass
@@ -279,47 +180,10 @@ class ImageBuilder:
         d = task.recipe.definition
         assert d is not None
         from_image, fell_back = self.resolve_from(d.from_image)
-        on_base = from_image == self.config.base_image
-        notes = list(d.notes)
-        post = d.post
-        if on_base:
-            plan = plan_installs(
-                post,
-                first_line=d.post_first_line,
-                provided_apt=BASE_APT_PACKAGES,
-                provided_pip=BASE_PIP_PACKAGES,
-                task_text=_task_text(task),
-            )
-            post = plan.script
-            notes += [f"%post {n}" for n in plan.notes]
-            notes += [f"%post: will try {t}" for t in plan.tried]
-        lines = [f"FROM {from_image}"]
-        prologue = (_NATIVE_PROLOGUE_ON_BASE if on_base else "") + _NATIVE_PROLOGUE
-        lines.append(f"RUN {prologue}")
-        if post.strip():
-            # One RUN, script passed base64-encoded: here-documents survive intact and
-            # /bin/sh -e matches Apptainer's %post semantics.
-            lines.append(_run_script(post, "/tmp/.es-post.sh", "/bin/sh -e"))
-        env = d.environment
-        if env:
-            b64 = base64.b64encode(env.encode()).decode()
-            lines.append(f"RUN mkdir -p /.es && echo {b64} | base64 -d > /.es/environment")
-            for key, value in _simple_exports(env):
-                lines.append(f"ENV {key}={json.dumps(value)}")
-        if self.config.native_handover:
-            py = _HANDOVER_PY % {"uid": NATIVE_UID}
-            b64 = base64.b64encode(py.encode()).decode()
-            keep = "".join(p + "\n" for p in explicit_root_paths(d.post))
-            keep_b64 = base64.b64encode(keep.encode()).decode()
-            lines.append(
-                f"RUN echo {b64} | base64 -d > /.es/handover.py && "
-                f"echo {keep_b64} | base64 -d > /.es/keep-root"
-            )
-        lines.append(f"RUN {_NATIVE_EPILOGUE}")
-        if d.test.strip():
-            # `apptainer build` runs %test last (with /bin/sh) and fails the build on error.
-            lines.append(_run_script(d.test, "/tmp/.es-test.sh", "/bin/sh", tag="%test"))
-        return "\n".join(lines) + "\n", from_image, fell_back, notes
+        text, notes = native_dockerfile(
+            task, from_image, from_image == self.config.base_image, self.config.native_handover
+        )
+        return text, from_image, fell_back, notes
 
     def _rewrite_froms(self, dockerfile: str) -> tuple[str, str, bool, list[str]]:
         stages: set[str] = set()
@@ -450,50 +314,6 @@ class ImageBuilder:
         return _log_notes(out)
 
 
-def explicit_root_paths(post: str) -> list[str]:
-    """Paths %post explicitly gives to root (`chown [-R] root[:group] PATH...`): kept root's.
-
-    Upstream ran its initial-state tests with --fakeroot, where such files read as root's;
-    a task that says so (7ccae1fb: `chown root:root /var/log/syslog`) tests for it.
-    """
-    import shlex
-
-    paths: list[str] = []
-    for line in post.replace("\\\n", " ").splitlines():
-        for part in re.split(r"&&|;|\|\|", line):
-            try:
-                tokens = shlex.split(part)
-            except ValueError:
-                continue
-            if tokens[:1] == ["sudo"]:
-                tokens = tokens[1:]
-            if not tokens or tokens[0] != "chown":
-                continue
-            args = [t for t in tokens[1:] if not t.startswith("-")]
-            if len(args) >= 2 and re.fullmatch(r"(root|0)([:.](root|0)?)?", args[0]):
-                paths += [a for a in args[1:] if a.startswith("/") and "$" not in a]
-    return paths
-
-
-def _task_text(task: Task) -> str:
-    """What a native task runs besides %post: evidence of which installed packages it uses."""
-    d = task.recipe.definition
-    parts = [task.initial_test or "", task.final_test or "", d.environment if d else ""]
-    parts.append(d.test if d else "")
-    if task.solution is not None and task.solution.is_file():
-        with contextlib.suppress(OSError):
-            parts.append(task.solution.read_text(encoding="utf-8", errors="replace"))
-    return "\n".join(parts)
-
-
-def _run_script(script: str, path: str, shell: str, tag: str = "") -> str:
-    b64 = base64.b64encode(script.encode()).decode()
-    run = f"{shell} {path}"
-    if tag:  # name the section in the build log when it fails
-        run = f'{run} || {{ echo "{tag} failed (exit $?)"; exit 1; }}'
-    return f"RUN echo {b64} | base64 -d > {path} && {run} && rm -f {path}"
-
-
 def _build_error(task: Task, error: str, log_text: str) -> ImageBuildError:
     lines = [ln.strip() for ln in strip_ansi(log_text).splitlines() if ln.strip()]
     marker = next((ln for ln in lines if FAIL_MARKER in ln), None)
@@ -570,56 +390,6 @@ def _stored_notes(image: docker.models.images.Image) -> list[str]:
     return notes
 
 
-_BUILDKIT: list[tuple[list[str], dict[str, str]] | None] = []
-_BUILDKIT_LOCK = threading.Lock()
-
-
-def buildkit_cli() -> tuple[list[str], dict[str, str]] | None:
-    """A docker CLI that drives the engine's BuildKit: (build command, extra environment).
-
-    ``docker buildx`` where the plugin is installed (Debian's docker-buildx package), else a
-    CLI from before 23.0 (Debian bookworm's docker.io is 20.10), which builds with
-    BuildKit itself when ``DOCKER_BUILDKIT=1``. None when there is neither.
-    """
-    with _BUILDKIT_LOCK:
-        if _BUILDKIT:
-            return _BUILDKIT[0]
-        found = None
-        exes = []
-        for exe in (shutil.which("docker"), "/usr/bin/docker", "/usr/local/bin/docker"):
-            if (
-                exe
-                and os.path.exists(exe)
-                and os.path.realpath(exe) not in map(os.path.realpath, exes)
-            ):
-                exes.append(exe)
-        for exe in exes:
-            if _rc([exe, "buildx", "version"]) == 0:
-                found = ([exe, "buildx", "build", "--load"], {})
-                break
-        if found is None:
-            for exe in exes:
-                try:
-                    out = subprocess.run(
-                        [exe, "--version"], capture_output=True, text=True, timeout=20
-                    ).stdout
-                except (OSError, subprocess.TimeoutExpired):
-                    continue
-                match = re.search(r"version (\d+)\.", out)
-                if match and int(match.group(1)) < 23:
-                    found = ([exe, "build"], {"DOCKER_BUILDKIT": "1"})
-                    break
-        _BUILDKIT.append(found)
-        return found
-
-
-def _rc(cmd: list[str]) -> int:
-    try:
-        return subprocess.run(cmd, capture_output=True, timeout=20).returncode
-    except (OSError, subprocess.TimeoutExpired):
-        return -1
-
-
 def _digest(*parts: str) -> str:
     import hashlib
 
@@ -628,16 +398,6 @@ def _digest(*parts: str) -> str:
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
-
-
-def _simple_exports(env: str) -> list[tuple[str, str]]:
-    """``export K=V`` lines with a literal value also become ENV, so plain execs see them."""
-    out = []
-    for line in env.splitlines():
-        match = re.match(r"^\s*(?:export\s+)?([A-Za-z_]\w*)=(\S*)\s*$", line)
-        if match and not re.search(r"[$`]", match.group(2)):
-            out.append((match.group(1), match.group(2).strip("'\"")))
-    return out
 
 
 def _context_tar(task: Task, dockerfile: str) -> io.BytesIO:

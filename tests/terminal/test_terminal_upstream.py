@@ -61,7 +61,7 @@ def test_empty_definition_says_so():
 
 
 def _plan(script, task_text=""):
-    from runner.terminal.images import BASE_APT_PACKAGES, BASE_PIP_PACKAGES
+    from runner.terminal.native_image import BASE_APT_PACKAGES, BASE_PIP_PACKAGES
 
     return plan_installs(
         script,
@@ -329,7 +329,7 @@ def test_command_done_is_done_as_upstream_reads_it():
 
 @needs_docker_sdk
 def test_explicit_chown_to_root_is_kept_root():
-    from runner.terminal.images import explicit_root_paths
+    from runner.terminal.native_image import explicit_root_paths
 
     post = "mkdir -p /var/log && chown root:root /var/log/syslog\nchown -R user:user /home/user\n"
     assert explicit_root_paths(post) == ["/var/log/syslog"]
