@@ -6,69 +6,25 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 import yaml
 from conftest import cli
+from copied_run import LOG, copied_run, greedy_replies, with_model
 
 from runner import cli as runner_cli
-from runner.backends import GenerationRequest
-from runner.config import load_run_config, resolve_paths
-from runner.es import UpdateRecord, write_checkpoint
-from runner.run_dir import RunDir
-from runner.workers import build_backend
-
-REPO = Path(__file__).resolve().parents[2]
-
-# Two updates with large coefficients, so the version's replies differ from the base's.
-LOG = [
-    UpdateRecord(1, ((11, 0.05), (12, -0.05)), 0.01, 0.005, noise="blockseed-v1"),
-    UpdateRecord(2, ((13, 0.04),), 0.01, 0.005, noise="blockseed-v1"),
-]
-PROMPTS = [
-    [{"role": "system", "content": "You are a shell agent."}, {"role": "user", "content": p}]
-    for p in ("List the files in /home/user.", "Count the lines of notes.txt.")
-]
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, tiny_model):
     """A copied run (config.yaml and checkpoint, no journal) of two updates of the tiny model."""
-    root = tmp_path_factory.mktemp("export")
-    data = yaml.safe_load((REPO / "configs/runner/cpu_tiny.yaml").read_text())
-    data["model"]["path"] = str(tiny_model)
-    data["sampling"].update(temperature=0.0, max_new_tokens=24)
-    (root / "run.yaml").write_text(yaml.safe_dump(data))
-    config = resolve_paths(load_run_config(root / "run.yaml"))
-    run = RunDir.create(root / "run", config)
-    run.unlock()
-    (root / "run" / "journal.jsonl").unlink()  # as in examples/: the checkpoint holds the log
-    backend = build_backend(config)
-    try:
-        write_checkpoint(
-            root / "run" / "checkpoint", base_hash=backend.base_hash,
-            config=backend.es_config(), log=LOG, base_path=config.model.path,
-        )  # fmt: skip
-    finally:
-        backend.close()
-    return root / "run", config
+    return copied_run(tmp_path_factory.mktemp("export"), tiny_model, LOG)
 
 
 def export(*args: str, capsys=None) -> tuple[int, str]:
     """``es-runner model export ARGS`` in this process; (exit status, stderr)."""
     code = runner_cli.main(["model", "export", *args])
     return code, capsys.readouterr().err if capsys is not None else ""
-
-
-def _replies(config, log=()):
-    backend = build_backend(config)
-    try:
-        backend.sync(list(log))
-        out = backend.generate([GenerationRequest(m, seed=0) for m in PROMPTS])
-        return backend.weights_hash(), [g.text for g in out]
-    finally:
-        backend.close()
 
 
 def test_export_has_the_runs_weights_and_greedy_replies(run_dir, tmp_path):
@@ -79,12 +35,9 @@ def test_export_has_the_runs_weights_and_greedy_replies(run_dir, tmp_path):
     summary = json.loads((out / "export.json").read_text())
     assert (summary["version"], summary["versions"]) == (1, 2)
     # the run's version, as its own backend computes it: the base plus the first record
-    want_hash, want = _replies(config, LOG[:1])
-    base_hash, base = _replies(config)
-    exported = config.model_copy(
-        update={"model": config.model.model_copy(update={"path": str(out)})}
-    )
-    got_hash, got = _replies(exported)
+    want_hash, want = greedy_replies(config, LOG[:1])
+    base_hash, base = greedy_replies(config)
+    got_hash, got = greedy_replies(with_model(config, path=str(out)))
     assert got_hash == want_hash == summary["weights_sha256"] != base_hash
     assert got == want and got != base  # greedy replies: the version's, not the base's
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in out.iterdir()}
