@@ -47,3 +47,25 @@ def test_the_real_run_notebooks_read_the_committed_example_run(name):
     example = NOTEBOOKS[0].parents[1] / "examples" / "runs" / "cpu_tiny_bounded"
     for table in ("jobs", "updates", "workers", "episodes", "eval"):
         assert (example / f"{table}.parquet").is_file(), table
+
+
+def test_held_out_success_is_the_share_that_passed():
+    # graded rewards (a fraction of the checks) differ from pass/fail: success counts passes
+    nb = nbformat.read(NOTEBOOKS[0].parent / "lag_vs_success.ipynb", as_version=4)
+    (cell,) = [c.source for c in nb.cells if "def success_per_seed" in c.source]
+    pd = pytest.importorskip("pandas")
+    space = {"pd": pd, "np": pytest.importorskip("numpy")}
+    exec(cell, space)
+    rows = pd.DataFrame(
+        {
+            "version": [0, 0, 0, 0, 1, 1],
+            "seed": [42, 42, 43, 43, 42, 42],
+            "reward": [0.5, 1.0, 0.9, 0.0, 0.75, 0.75],
+            "passed": [False, True, False, False, True, True],
+        }
+    )
+    got = space["success_per_seed"](rows).set_index(["version", "seed"])["success"]
+    assert got.to_dict() == {(0, 42): 0.5, (0, 43): 0.0, (1, 42): 1.0}
+    # an old table without `passed`: its (binary) reward is the pass mark
+    old = rows.drop(columns="passed").assign(reward=rows["passed"].astype(float))
+    assert space["success_per_seed"](old)["success"].tolist() == got.tolist()
