@@ -120,6 +120,17 @@ class Engine:
             out = np.where(beyond, self._s[-1] + self._slope * (b - self._b[-1]), out)
         return out + self._ctx * ctx if self._ctx else out
 
+    def step_terms(self, max_batch: int) -> tuple[np.ndarray, float, float]:
+        """``step_s`` as ``(base, per_context, per_batch)`` for a compiled loop: for a
+        batch ``b`` of 1 to ``max_batch`` holding ``ctx`` tokens, ``step_s(b, ctx)`` is
+        exactly ``max(base[b] + per_context * ctx, per_batch * b)`` (``base[0]`` is
+        ``base[1]``)."""
+        b = np.maximum(np.arange(max_batch + 1), 1)
+        if self.spec.curve is None:
+            return np.full(len(b), self._weights_s), self._kv_s, self._flop_s
+        # step_s(b, 0) is the curve alone: adding 0 * ctx to it changes no bit
+        return self.step_s(b, np.zeros(len(b))), float(self._ctx), 0.0
+
     def describe(self) -> str:
         if self.spec.curve is not None:
             pts = ", ".join(

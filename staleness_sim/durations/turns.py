@@ -17,8 +17,9 @@ its own sizes) or resampled jointly from a ``table`` of measured episodes (one r
 episode: its turns, its mean prompt and reply tokens and command seconds per turn, its
 start and end seconds), which keeps the correlation between turn count and lengths.
 
-Each job is simulated exactly; jobs run in lockstep (numpy over a block of jobs and their
-sessions), one event per job per step, so the cost grows with turn boundaries.
+Each job is simulated exactly; jobs run in lockstep over a block of jobs and their sessions,
+one event per job per step, so the cost grows with turn boundaries. A step runs compiled
+where numba imports (the ``fast`` extra), in numpy otherwise, with the same results.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from staleness_sim.durations.engine_model import Engine
 from staleness_sim.durations.models import make_duration
 from staleness_sim.durations.specs import DurationSpec
+from staleness_sim.durations.turn_kernel import compiled_steps
+from staleness_sim.durations.turn_steps import Block, NumpySteps
 
 # Jobs simulated in lockstep at once. A step costs a fixed overhead plus a pass over the
 # sessions, so big blocks amortise it: jobs are simulated ahead, up to _BLOCK at a time,
@@ -227,106 +230,29 @@ class TurnJob:
         )
 
     def _simulate(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        """Makespans of ``n`` jobs, all simulated at once.
-
-        Session state lives in flat arrays of ``n * c``, job by job. A step finds every
-        job's next event (an argmin over its sessions' decode targets and timed ends) and
-        handles exactly one event per job; events at the same moment take several steps
-        of zero time, which changes nothing (no time passes between them).
-        """
+        """Makespans of ``n`` jobs, all simulated at once, in lockstep: a step handles
+        exactly one event per job (events at the same moment take several steps of zero
+        time, which changes nothing). A step's two halves run compiled where numba
+        imports (:mod:`~staleness_sim.durations.turn_kernel`), else in numpy
+        (:mod:`~staleness_sim.durations.turn_steps`); the draws between them are made
+        here, the same either way, so both give the same jobs from one stream."""
         c = min(self.concurrency, self.episodes)
-        size, inf = n * c, np.inf
-        src, prefill, timeout = self.source, self.engine.prefill_s_per_token, self.timeout
-        when = np.full(size, inf)  # timed part: min(its end, deadline); decoding: deadline
-        target = np.full(size, inf)  # decoding: the virtual token count at which it ends
-        dec = np.zeros(size, bool)
-        deadline = np.full(size, inf)
-        ctx = np.zeros(size)  # the context a decoding session holds (prompt + half reply)
-        seg = np.zeros(size, np.int64)  # the turn a session is in
-        nturns = np.zeros(size, np.int64)
-        row = np.zeros(size, np.int64)
-        end_s, prompt, reply = np.zeros(size), np.zeros(size), np.zeros(size)
-        when2, target2 = when.reshape(n, c), target.reshape(n, c)
-        every = np.arange(n)
-        t = np.zeros(n)
-        virt = np.zeros(n)  # tokens a sequence in the batch has decoded since time 0
-        batch = np.zeros(n, np.int64)  # sessions decoding, per job
-        held = np.zeros(n)  # the context they hold
-        assigned = np.full(n, c)  # episodes started, per job
-        busy = np.full(n, c)  # sessions with an episode, per job
-
-        def begin(idx: np.ndarray, number: np.ndarray) -> None:
-            """Start episodes ``number`` (of their jobs) in sessions ``idx``: their start,
-            then turn 0's prefill."""
-            turns, start, end, r = src.episodes(rng, number, idx // c)
-            p, rep = src.turn(rng, r)
-            now = t[idx // c]
-            nturns[idx], end_s[idx], row[idx], seg[idx] = turns, end, r, 0
-            prompt[idx], reply[idx] = p, rep
-            deadline[idx] = now + timeout
-            when[idx] = np.minimum(now + start + prefill * p, deadline[idx])
-
-        def leave(idx: np.ndarray) -> None:
-            """Sessions ``idx`` (one per job) leave the decode batch."""
-            jobs = idx // c
-            batch[jobs] -= 1
-            held[jobs] -= ctx[idx]
-            dec[idx], target[idx], ctx[idx] = False, inf, 0.0
-
+        src, block = self.source, Block(n, c)
+        steps = compiled_steps(self.engine, self.episodes, self.timeout, n, c)
+        if steps is None:
+            steps = NumpySteps(self.engine, self.episodes, self.timeout)
         src.new_block(rng, n)
-        begin(np.arange(size), np.tile(np.arange(c), n))
-        live = np.ones(n, bool)
-        while live.any():
-            step = self.engine.step_s(np.maximum(batch, 1), held)
-            ds, ws = target2.argmin(axis=1), when2.argmin(axis=1)
-            first, soonest = target2[every, ds], when2[every, ws]
-            with np.errstate(invalid="ignore"):
-                t_dec = np.where(batch > 0, t + (first - virt) * step, inf)
-            is_dec = t_dec <= soonest
-            t_next = np.where(is_dec, t_dec, soonest)
-            go = np.isfinite(t_next)
-            # Virtual tokens: exactly the finisher's target when a decode ends.
-            adv = np.where(is_dec, first, virt + (t_next - t) / step)
-            virt = np.where(go & (batch > 0), adv, virt)
-            t = np.where(go, t_next, t)
-            jd = np.flatnonzero(go & is_dec)
-            jt = np.flatnonzero(go & ~is_dec)
-            ended = jd * c + ds[jd]  # a decode ended
-            due = jt * c + ws[jt]  # a timed part ended, or a deadline came
-            cut = deadline[due] <= t[jt]
-            cut, due = due[cut], due[~cut]  # a decoder is due only at its deadline
-            if len(cut):
-                leave(cut[dec[cut]])
-            # A decode ended: this turn's command, then the next turn's prefill or the end.
-            if len(ended):
-                leave(ended)
-                cmd = src.commands(rng, row[ended])
-                more = ended[seg[ended] + 1 < nturns[ended]]
-                p, rep = src.turn(rng, row[more])
-                prompt[more], reply[more] = p, rep
-                seg[ended] += 1
-                tail = np.where(seg[ended] < nturns[ended], prefill * prompt[ended], end_s[ended])
-                when[ended] = np.minimum(t[jd] + cmd + tail, deadline[ended])
-            # A timed part ended: decode the next turn, or the episode is over.
-            to_dec = due[seg[due] < nturns[due]]
-            if len(to_dec):
-                jobs = to_dec // c
-                target[to_dec] = virt[jobs] + reply[to_dec]
-                ctx[to_dec] = prompt[to_dec] + reply[to_dec] / 2
-                dec[to_dec] = True
-                when[to_dec] = deadline[to_dec]
-                batch[jobs] += 1
-                held[jobs] += ctx[to_dec]
-            over = due[seg[due] >= nturns[due]]
-            if len(cut):
-                over = np.concatenate([over, cut])
-            if len(over):
-                when[over], deadline[over] = inf, inf
-                jobs = over // c
-                more_eps = assigned[jobs] < self.episodes
-                if more_eps.any():
-                    begin(over[more_eps], assigned[jobs[more_eps]])
-                    assigned[jobs[more_eps]] += 1
-                busy[jobs[~more_eps]] -= 1
-                live = busy > 0
-        return t
+        ended = more = np.zeros(0, np.int64)
+        starts, numbers = np.arange(n * c), np.tile(np.arange(c), n)
+        while True:
+            cmd = turn = episode = first = None
+            if len(ended):  # this turn's command, then the next turn's prefill or the end
+                cmd = src.commands(rng, block.row[ended])
+                turn = src.turn(rng, block.row[more])
+            if len(starts):  # an episode's start, then turn 0's prefill
+                episode = src.episodes(rng, numbers, starts // c)
+                first = src.turn(rng, episode[3])
+            steps.apply(block, ended, more, starts, cmd, turn, episode, first)
+            if not block.busy.any():
+                return block.t
+            ended, more, starts, numbers = steps.events(block)

@@ -1,0 +1,207 @@
+"""The turn model's lockstep step compiled with numba (the optional ``fast`` extra): the same
+two halves as :class:`~staleness_sim.durations.turn_steps.NumpySteps`, the same arithmetic
+in the same order, job by job in a loop instead of numpy calls over the block, so the
+results are the same to the bit. Numpy's cost was a fixed overhead per call, dozens of
+calls a step; here a step is two calls.
+
+``compiled_steps`` returns None (and the numpy steps run) where numba does not import or
+``STALENESS_SIM_NO_NUMBA=1``. The kernels are cached on disk (``cache=True``), so only
+the first run after an install compiles them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+try:
+    from numba import njit
+except ImportError:  # the fast extra is not installed: the numpy steps run
+    njit = None
+
+
+def _events(f, i, fj, ij, am, base, per_ctx, per_batch, c, episodes, out):
+    """NumpySteps.events, job by job; the lists go into the rows of ``out`` (ended, more,
+    starts, numbers, and the cut sessions as scratch); returns their lengths. ``am`` holds
+    each job's argmin of ``target`` and of ``when`` (kept up to date instead of searched
+    for every step)."""
+    when, target, deadline, ctx, prompt, reply = f[0], f[1], f[2], f[3], f[5], f[6]
+    seg, nturns, dec = i[0], i[1], i[3]
+    t, virt, held = fj[0], fj[1], fj[2]
+    batch, assigned, busy = ij[0], ij[1], ij[2]
+    ended, more, starts, numbers, cuts = out[0], out[1], out[2], out[3], out[4]
+    ne = nm = no = nc = 0
+    inf = np.inf
+    for j in range(len(t)):
+        if busy[j] == 0:  # done: every time is inf, nothing happens (as in numpy)
+            continue
+        ds, ws = am[0, j], am[1, j]
+        first, soonest = target[ds], when[ws]
+        bb = max(batch[j], 1)
+        step = max(base[bb] + per_ctx * held[j], per_batch * bb)
+        t_dec = t[j] + (first - virt[j]) * step if batch[j] > 0 else inf
+        is_dec = t_dec <= soonest
+        t_next = t_dec if is_dec else soonest
+        if not np.isfinite(t_next):
+            continue
+        adv = first if is_dec else virt[j] + (t_next - t[j]) / step
+        if batch[j] > 0:
+            virt[j] = adv
+        t[j] = t_next
+        if is_dec:  # a decode ended: its command and what follows come with the draws
+            _leave(ds, j, batch, held, dec, target, ctx)
+            am[0, j] = _argmin(target, j * c, c)
+            ended[ne] = ds
+            ne += 1
+            if seg[ds] + 1 < nturns[ds]:
+                more[nm] = ds
+                nm += 1
+            continue
+        if deadline[ws] <= t[j]:  # cut at its deadline (a decoder is due only then)
+            if dec[ws] > 0:
+                _leave(ws, j, batch, held, dec, target, ctx)
+                if ws == ds:
+                    am[0, j] = _argmin(target, j * c, c)
+            cuts[nc] = ws
+            nc += 1
+            when[ws] = inf
+            deadline[ws] = inf
+        elif seg[ws] < nturns[ws]:  # a timed part ended: decode the next turn
+            target[ws] = virt[j] + reply[ws]
+            _lowered(target, am, 0, j, ws)
+            ctx[ws] = prompt[ws] + reply[ws] / 2
+            dec[ws] = 1
+            when[ws] = deadline[ws]
+            batch[j] += 1
+            held[j] += ctx[ws]
+        else:  # the episode is over
+            starts[no] = ws
+            no += 1
+            when[ws] = inf
+            deadline[ws] = inf
+        am[1, j] = _argmin(when, j * c, c)
+    for k in range(nc):  # over: the ended episodes first, then the cut ones (numpy's order)
+        starts[no + k] = cuts[k]
+    ns = 0
+    for k in range(no + nc):
+        s = starts[k]
+        j = s // c
+        if assigned[j] < episodes:
+            starts[ns], numbers[ns] = s, assigned[j]
+            assigned[j] += 1
+            ns += 1
+        else:
+            busy[j] -= 1
+    return ne, nm, ns
+
+
+def _leave(s, j, batch, held, dec, target, ctx):
+    batch[j] -= 1
+    held[j] -= ctx[s]
+    dec[s], target[s], ctx[s] = 0, np.inf, 0.0
+
+
+def _argmin(x, o, c):
+    """The first index of the least of ``x[o:o + c]``, as numpy's argmin (no NaN here).
+    The least value first, in four independent chains (one chain is bound by the latency
+    of each comparison), then its first index."""
+    m0 = m1 = m2 = m3 = np.inf
+    k, end = o, o + c
+    while k + 4 <= end:
+        m0, m1 = min(m0, x[k]), min(m1, x[k + 1])
+        m2, m3 = min(m2, x[k + 2]), min(m3, x[k + 3])
+        k += 4
+    while k < end:
+        m0 = min(m0, x[k])
+        k += 1
+    m = min(min(m0, m1), min(m2, m3))
+    for k in range(o, end):
+        if x[k] == m:
+            return k
+    return o  # every value inf: the first, as numpy's
+
+
+def _lowered(x, am, which, j, s):
+    """``x[s]`` went down (or stayed): it may be job ``j``'s new argmin."""
+    a = am[which, j]
+    if x[s] < x[a] or (x[s] == x[a] and s < a):
+        am[which, j] = s
+
+
+def _apply(f, i, t, am, c, prefill, timeout, ended, more, starts, draws, turns, row):
+    """NumpySteps.apply, session by session. ``draws`` rows: the commands of ``ended``, the
+    prompts and replies of ``more``, then for ``starts`` their start, end, and first
+    prompt and reply (each row as long as its sessions)."""
+    when, deadline, end_s, prompt, reply = f[0], f[2], f[4], f[5], f[6]
+    seg, nturns, rows = i[0], i[1], i[2]
+    for k in range(len(more)):
+        prompt[more[k]], reply[more[k]] = draws[1, k], draws[2, k]
+    for k in range(len(ended)):  # when goes from the deadline down to the turn's next end
+        s = ended[k]
+        seg[s] += 1
+        tail = prefill * prompt[s] if seg[s] < nturns[s] else end_s[s]
+        when[s] = min(t[s // c] + draws[0, k] + tail, deadline[s])
+        _lowered(when, am, 1, s // c, s)
+    for k in range(len(starts)):  # when goes from inf down
+        s = starts[k]
+        now = t[s // c]
+        nturns[s], end_s[s], rows[s], seg[s] = turns[k], draws[4, k], row[k], 0
+        prompt[s], reply[s] = draws[5, k], draws[6, k]
+        deadline[s] = now + timeout
+        when[s] = min(now + draws[3, k] + prefill * draws[5, k], deadline[s])
+        _lowered(when, am, 1, s // c, s)
+
+
+if njit is not None:
+    _leave, _argmin, _lowered = (njit(cache=True, inline="always")(g) for g in (_leave, _argmin, _lowered))  # noqa: E501
+    _events = njit(cache=True)(_events)
+    _apply = njit(cache=True)(_apply)
+
+
+class CompiledSteps:
+    """NumpySteps' interface over the compiled kernels, for a block of ``n`` jobs."""
+
+    def __init__(self, engine, episodes: int, timeout: float, n: int, c: int) -> None:
+        self.base, self.per_ctx, self.per_batch = engine.step_terms(c)
+        self.episodes, self.timeout = episodes, float(timeout)
+        self.prefill = float(engine.prefill_s_per_token)
+        self.out = np.zeros((5, n), np.int64)
+        self.am = np.arange(n)[None, :] * c + np.zeros((2, 1), np.int64)  # all inf: the first
+        self.draws = np.zeros((7, n * c))
+
+    def events(self, b):
+        ne, nm, ns = _events(
+            b.f, b.i, b.fj, b.ij, self.am, self.base, self.per_ctx, self.per_batch, b.c,
+            self.episodes, self.out,
+        )  # fmt: skip
+        out = self.out
+        return out[0, :ne], out[1, :nm], out[2, :ns], out[3, :ns]
+
+    def apply(self, b, ended, more, starts, cmd, turn, episode, first) -> None:
+        d, ne, nm, ns = self.draws, len(ended), len(more), len(starts)
+        turns = row = _NONE
+        if ne:
+            d[0, :ne], d[1, :nm], d[2, :nm] = cmd, *turn
+        if ns:
+            turns, d[3, :ns], d[4, :ns], row = episode
+            d[5, :ns], d[6, :ns] = first
+            turns, row = _as_int(turns), _as_int(row)
+        _apply(
+            b.f, b.i, b.t, self.am, b.c, self.prefill, self.timeout, ended, more, starts, d,
+            turns, row,
+        )  # fmt: skip
+
+
+_NONE = np.zeros(0, np.int64)
+
+
+def _as_int(x):
+    return np.ascontiguousarray(x, dtype=np.int64)
+
+
+def compiled_steps(engine, episodes: int, timeout: float, n: int, c: int) -> CompiledSteps | None:
+    """The compiled steps, or None where numba is missing or ``STALENESS_SIM_NO_NUMBA=1``."""
+    if njit is None or os.environ.get("STALENESS_SIM_NO_NUMBA", "") == "1":
+        return None
+    return CompiledSteps(engine, episodes, timeout, n, c)
