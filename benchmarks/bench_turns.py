@@ -3,8 +3,11 @@
 (configs/sim/paper_async1.yaml) against the same run with the turn model
 (configs/sim/paper_turns.yaml: a roofline engine), its turns drawn so that sessions
 desynchronise as real ones do (about 8 turns of about 600 tokens, commands of about 1.6 s;
-identical turns would end together and cost far fewer steps). The ratio is from one run of
-each, on whatever machine runs it; the target is at most 10x.
+identical turns would end together and cost far fewer steps). The turn model runs twice:
+its numpy steps (STALENESS_SIM_NO_NUMBA=1, what runs without numba) and its compiled steps
+(numba, the ``fast`` extra), after a first call that compiles the kernels or loads them
+from numba's cache (timed apart). Each ratio is from one run of each, on whatever machine
+runs it; the target is at most 10x.
 
     python benchmarks/bench_turns.py [--json]
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -20,9 +24,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
+
 from staleness_sim import load_scenario, simulate, summarize  # noqa: E402
+from staleness_sim.cohort import engine  # noqa: E402
 from staleness_sim.config import validate  # noqa: E402
 from staleness_sim.core.settings import scenario_dict  # noqa: E402
+from staleness_sim.durations import make_job  # noqa: E402
+from staleness_sim.durations.turn_kernel import compiled_steps  # noqa: E402
 
 CONFIGS = {
     "episodes": ROOT / "configs" / "sim" / "paper_async1.yaml",
@@ -45,9 +54,21 @@ def timed(path: Path) -> tuple[float, dict]:
         data = scenario_dict(scenario)
         data["job"]["turns"] = TURNS
         scenario = validate(data, str(path))
+    engine._STREAMS.clear()  # durations are kept per config and seed: time them afresh
     t0 = time.perf_counter()
     trace = simulate(scenario)
     return time.perf_counter() - t0, summarize(trace)
+
+
+def first_call() -> float | None:
+    """Seconds of the first compiled step in this process (numba compiles the kernels, or
+    loads them from its cache); None where the compiled steps do not run."""
+    job = make_job(load_scenario(CONFIGS["turns"]).job)
+    if compiled_steps(job.engine, 2, np.inf, 1, 2) is None:
+        return None
+    t0 = time.perf_counter()
+    job._simulate(np.random.default_rng(0), 1)
+    return time.perf_counter() - t0
 
 
 def main() -> None:
@@ -55,18 +76,34 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     out = {}
-    for name, path in CONFIGS.items():
-        seconds, summary = timed(path)
-        out[f"{name}_s"] = seconds
-        out[f"{name}_jobs"] = summary["jobs_completed"]
-    out["ratio"] = out["turns_s"] / out["episodes_s"]
+    seconds, summary = timed(CONFIGS["episodes"])
+    out["episodes_s"], out["episodes_jobs"] = seconds, summary["jobs_completed"]
+    os.environ["STALENESS_SIM_NO_NUMBA"] = "1"
+    seconds, summary = timed(CONFIGS["turns"])
+    out["turns_numpy_s"], out["turns_jobs"] = seconds, summary["jobs_completed"]
+    del os.environ["STALENESS_SIM_NO_NUMBA"]
+    out["first_call_s"] = first_call()
+    if out["first_call_s"] is not None:
+        seconds, summary = timed(CONFIGS["turns"])
+        assert summary["jobs_completed"] == out["turns_jobs"]
+        out["turns_compiled_s"] = seconds
+        out["ratio_compiled"] = seconds / out["episodes_s"]
+    out["ratio_numpy"] = out["turns_numpy_s"] / out["episodes_s"]
     if args.json:
         print(json.dumps(out))
+        return
+    print(
+        f"job durations: {out['episodes_s']:.2f} s ({out['episodes_jobs']} jobs); turn model "
+        f"({out['turns_jobs']} jobs), numpy steps: {out['turns_numpy_s']:.2f} s, ratio "
+        f"{out['ratio_numpy']:.1f}x"
+    )
+    if out["first_call_s"] is None:
+        print("compiled steps: numba does not import (the fast extra)")
     else:
         print(
-            f"job durations: {out['episodes_s']:.2f} s ({out['episodes_jobs']} jobs); "
-            f"turn model: {out['turns_s']:.2f} s ({out['turns_jobs']} jobs); "
-            f"ratio {out['ratio']:.1f}x (target <= 10x)"
+            f"compiled steps: {out['turns_compiled_s']:.2f} s, ratio "
+            f"{out['ratio_compiled']:.1f}x (target <= 10x); first call (compile or cache "
+            f"load) {out['first_call_s']:.2f} s"
         )
 
 

@@ -154,7 +154,7 @@ def _apply(f, i, t, am, c, prefill, timeout, ended, more, starts, draws, turns, 
 
 
 if njit is not None:
-    _leave, _argmin, _lowered = (njit(cache=True, inline="always")(g) for g in (_leave, _argmin, _lowered))  # noqa: E501
+    _leave, _argmin, _lowered = (njit(cache=True)(g) for g in (_leave, _argmin, _lowered))
     _events = njit(cache=True)(_events)
     _apply = njit(cache=True)(_apply)
 

@@ -1,0 +1,139 @@
+"""The turn model's compiled steps (numba, ``staleness_sim/durations/turn_kernel.py``) against
+its numpy steps: the same jobs, to the bit, from the same seed, on every form of the model
+(flat and sloped curves with context and prefill costs, beyond the curve, a roofline, drawn
+parts, tables resampled, cycled and by measured job, timeouts, more sessions than
+episodes). The two are separate implementations of one step; the draws between the halves
+are made once, by the caller, so any difference in either half shows here."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from staleness_sim.cohort.config import validate_cohort
+from staleness_sim.durations import Engine, EngineSpec, make_job
+from staleness_sim.durations.turn_kernel import compiled_steps
+
+pytest.importorskip("numba")
+
+CURVE = {"batch": [1, 2, 4, 8], "step_s": [0.01, 0.012, 0.02, 0.05]}
+ROOFLINE = {
+    "roofline": {
+        "params": 7.6e9,
+        "bytes_per_param": 2,
+        "kv_bytes_per_token": 57344,
+        "bandwidth": 4.8e12,
+        "flops": 9.89e14,
+    }
+}
+DRAWN = {
+    "count": {"dist": "lognormal", "median": 5, "sigma": 0.6, "cap": 12},
+    "prompt_tokens": {"dist": "lognormal", "median": 1000, "sigma": 0.5},
+    "reply_tokens": {"dist": "lognormal", "median": 200, "sigma": 0.8, "cap": 1000},
+    "command_s": {"dist": "lognormal", "median": 1, "sigma": 1, "cap": 10},
+}
+
+
+def _table(n: int = 40, **extra) -> dict:
+    rs = np.random.default_rng(123)
+    cols = {
+        "turns": rs.integers(1, 9, n).tolist(),
+        "prompt_tokens": rs.uniform(100, 3000, n).tolist(),
+        "reply_tokens": rs.integers(10, 500, n).astype(float).tolist(),  # ties in targets
+        "command_s": rs.exponential(1, n).tolist(),
+        "start_s": rs.uniform(0, 3, n).tolist(),
+        "end_s": rs.uniform(0, 2, n).tolist(),
+    }
+    return cols | extra
+
+
+CASES = {
+    "flat curve, drawn": (16, 4, DRAWN, {"curve": {"batch": [1], "step_s": [0.02]}}),
+    "curve with context and prefill, start and end": (
+        24,
+        8,
+        DRAWN
+        | {
+            "start_s": {"dist": "exponential", "mean": 2},
+            "end_s": {"dist": "constant", "value": 1},
+        },
+        {"curve": CURVE, "context_s_per_token": 1e-6, "prefill_s_per_token": 2e-5},
+    ),
+    "beyond the curve, timeout": (
+        20,
+        12,
+        DRAWN | {"timeout_s": 40},
+        {"curve": {"batch": [1, 2], "step_s": [0.01, 0.013]}},
+    ),
+    "roofline, timeout": (32, 16, DRAWN | {"timeout_s": 120}, ROOFLINE),
+    "table resampled": (12, 5, {"table": _table()}, {"curve": CURVE, "prefill_s_per_token": 1e-5}),
+    "table cycled, timeout": (
+        12,
+        3,
+        {"table": _table(order="cycle"), "timeout_s": 15},
+        {"curve": CURVE},
+    ),
+    "table by measured job": (10, 4, {"table": _table(job=[k % 7 for k in range(40)])}, ROOFLINE),
+    "identical turns (ties)": (
+        8,
+        4,
+        {
+            "table": {
+                "turns": [3],
+                "prompt_tokens": [10.0],
+                "reply_tokens": [64.0],
+                "command_s": [0.5],
+            }
+        },
+        {"curve": CURVE},
+    ),
+    "more sessions than episodes": (3, 8, DRAWN, {"curve": CURVE}),
+    "one session": (5, 1, DRAWN | {"timeout_s": 30}, {"curve": CURVE}),
+}
+
+
+def _durations(spec, monkeypatch, numpy: bool) -> np.ndarray:
+    episodes, concurrency, turns, engine = spec
+    if numpy:
+        monkeypatch.setenv("STALENESS_SIM_NO_NUMBA", "1")
+    else:
+        monkeypatch.delenv("STALENESS_SIM_NO_NUMBA", raising=False)
+    base = {"workers": 1, "cohort": 1, "updates": 1, "policy": {"kind": "sync"}}
+    job = {"episodes": episodes, "concurrency": concurrency, "turns": turns, "engine": engine}
+    model = make_job(validate_cohort({**base, "job": job}).job)
+    rng = np.random.default_rng(7)
+    # several blocks: simulated ahead at 16 times what is asked, then one past that
+    return np.concatenate([model.sample(rng, n) for n in (1, 3, 50, 300)])
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_compiled_steps_give_the_numpy_steps_jobs_to_the_bit(case, monkeypatch):
+    by_numpy = _durations(CASES[case], monkeypatch, numpy=True)
+    compiled = _durations(CASES[case], monkeypatch, numpy=False)
+    assert len(by_numpy) == 354 and np.all(by_numpy > 0)
+    np.testing.assert_array_equal(compiled, by_numpy)
+
+
+def test_the_environment_variable_forces_the_numpy_steps(monkeypatch):
+    engine = Engine(EngineSpec.model_validate({"curve": CURVE}))
+    assert compiled_steps(engine, 4, np.inf, 1, 2) is not None
+    monkeypatch.setenv("STALENESS_SIM_NO_NUMBA", "1")
+    assert compiled_steps(engine, 4, np.inf, 1, 2) is None
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"curve": CURVE, "context_s_per_token": 3e-7},
+        {"curve": {"batch": [1, 3], "step_s": [0.02, 0.05]}},  # beyond it: the last slope
+        ROOFLINE,  # bound by memory at every batch here
+        {"roofline": ROOFLINE["roofline"] | {"flops": 1e13, "bandwidth": 1e13}},  # by compute
+    ],
+)
+def test_the_step_terms_give_step_s_exactly(spec):
+    engine = Engine(EngineSpec.model_validate(spec))
+    base, per_context, per_batch = engine.step_terms(16)
+    batch = np.arange(1, 17)
+    for context in (0.0, 1234.5, 3.3e5):
+        terms = np.maximum(base[batch] + per_context * context, per_batch * batch)
+        np.testing.assert_array_equal(terms, engine.step_s(batch, np.full(16, context)))
