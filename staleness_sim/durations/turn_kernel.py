@@ -15,19 +15,28 @@ import os
 
 import numpy as np
 
+from staleness_sim.durations.turn_steps import (
+    CTX,
+    DEADLINE,
+    DEC,
+    END_S,
+    NTURNS,
+    PROMPT,
+    REPLY,
+    SEG,
+)
+
 try:
     from numba import njit
 except ImportError:  # the fast extra is not installed: the numpy steps run
     njit = None
 
 
-def _events(f, i, fj, ij, am, base, per_ctx, per_batch, c, episodes, out):
+def _events(when, target, f, fj, ij, am, base, per_ctx, per_batch, c, episodes, out):
     """NumpySteps.events, job by job; the lists go into the rows of ``out`` (ended, more,
     starts, numbers, and the cut sessions as scratch); returns their lengths. ``am`` holds
-    each job's argmin of ``target`` and of ``when`` (kept up to date instead of searched
-    for every step)."""
-    when, target, deadline, ctx, prompt, reply = f[0], f[1], f[2], f[3], f[5], f[6]
-    seg, nturns, dec = i[0], i[1], i[3]
+    each job's argmin of ``target`` and of ``when`` (kept up to date, not searched for at
+    every step)."""
     t, virt, held = fj[0], fj[1], fj[2]
     batch, assigned, busy = ij[0], ij[1], ij[2]
     ended, more, starts, numbers, cuts = out[0], out[1], out[2], out[3], out[4]
@@ -50,36 +59,39 @@ def _events(f, i, fj, ij, am, base, per_ctx, per_batch, c, episodes, out):
             virt[j] = adv
         t[j] = t_next
         if is_dec:  # a decode ended: its command and what follows come with the draws
-            _leave(ds, j, batch, held, dec, target, ctx)
+            batch[j] -= 1  # it leaves the batch
+            held[j] -= f[ds, CTX]
+            f[ds, DEC], target[ds], f[ds, CTX] = 0, inf, 0.0
             am[0, j] = _argmin(target, j * c, c)
             ended[ne] = ds
             ne += 1
-            if seg[ds] + 1 < nturns[ds]:
+            if f[ds, SEG] + 1 < f[ds, NTURNS]:
                 more[nm] = ds
                 nm += 1
             continue
-        if deadline[ws] <= t[j]:  # cut at its deadline (a decoder is due only then)
-            if dec[ws] > 0:
-                _leave(ws, j, batch, held, dec, target, ctx)
+        if f[ws, DEADLINE] <= t[j]:  # cut at its deadline (a decoder is due only then)
+            if f[ws, DEC] > 0:  # it leaves the batch
+                batch[j] -= 1
+                held[j] -= f[ws, CTX]
+                f[ws, DEC], target[ws], f[ws, CTX] = 0, inf, 0.0
                 if ws == ds:
                     am[0, j] = _argmin(target, j * c, c)
             cuts[nc] = ws
             nc += 1
-            when[ws] = inf
-            deadline[ws] = inf
-        elif seg[ws] < nturns[ws]:  # a timed part ended: decode the next turn
-            target[ws] = virt[j] + reply[ws]
-            _lowered(target, am, 0, j, ws)
-            ctx[ws] = prompt[ws] + reply[ws] / 2
-            dec[ws] = 1
-            when[ws] = deadline[ws]
+            when[ws] = f[ws, DEADLINE] = inf
+        elif f[ws, SEG] < f[ws, NTURNS]:  # a timed part ended: decode the next turn
+            target[ws] = virt[j] + f[ws, REPLY]
+            if target[ws] < first or (target[ws] == first and ws < ds):
+                am[0, j] = ws
+            f[ws, CTX] = f[ws, PROMPT] + f[ws, REPLY] / 2
+            f[ws, DEC] = 1
+            when[ws] = f[ws, DEADLINE]
             batch[j] += 1
-            held[j] += ctx[ws]
+            held[j] += f[ws, CTX]
         else:  # the episode is over
             starts[no] = ws
             no += 1
-            when[ws] = inf
-            deadline[ws] = inf
+            when[ws] = f[ws, DEADLINE] = inf
         am[1, j] = _argmin(when, j * c, c)
     for k in range(nc):  # over: the ended episodes first, then the cut ones (numpy's order)
         starts[no + k] = cuts[k]
@@ -96,65 +108,46 @@ def _events(f, i, fj, ij, am, base, per_ctx, per_batch, c, episodes, out):
     return ne, nm, ns
 
 
-def _leave(s, j, batch, held, dec, target, ctx):
-    batch[j] -= 1
-    held[j] -= ctx[s]
-    dec[s], target[s], ctx[s] = 0, np.inf, 0.0
-
-
 def _argmin(x, o, c):
-    """The first index of the least of ``x[o:o + c]``, as numpy's argmin (no NaN here).
-    The least value first, in four independent chains (one chain is bound by the latency
-    of each comparison), then its first index."""
-    m0 = m1 = m2 = m3 = np.inf
-    k, end = o, o + c
-    while k + 4 <= end:
-        m0, m1 = min(m0, x[k]), min(m1, x[k + 1])
-        m2, m3 = min(m2, x[k + 2]), min(m3, x[k + 3])
-        k += 4
-    while k < end:
-        m0 = min(m0, x[k])
-        k += 1
-    m = min(min(m0, m1), min(m2, m3))
-    for k in range(o, end):
-        if x[k] == m:
-            return k
-    return o  # every value inf: the first, as numpy's
+    """The first index of the least of ``x[o:o + c]``, as numpy's argmin."""
+    best, at = x[o], o
+    for k in range(o + 1, o + c):
+        if x[k] < best:
+            best, at = x[k], k
+    return at
 
 
-def _lowered(x, am, which, j, s):
-    """``x[s]`` went down (or stayed): it may be job ``j``'s new argmin."""
-    a = am[which, j]
-    if x[s] < x[a] or (x[s] == x[a] and s < a):
-        am[which, j] = s
-
-
-def _apply(f, i, t, am, c, prefill, timeout, ended, more, starts, draws, turns, row):
+def _apply(when, f, rows, t, am, c, prefill, timeout, ended, more, starts, draws, turns, row):
     """NumpySteps.apply, session by session. ``draws`` rows: the commands of ``ended``, the
     prompts and replies of ``more``, then for ``starts`` their start, end, and first
-    prompt and reply (each row as long as its sessions)."""
-    when, deadline, end_s, prompt, reply = f[0], f[2], f[4], f[5], f[6]
-    seg, nturns, rows = i[0], i[1], i[2]
+    prompt and reply (each row as long as its sessions). A session's ``when`` only goes
+    down here (from its deadline, or from inf): it may become its job's argmin."""
     for k in range(len(more)):
-        prompt[more[k]], reply[more[k]] = draws[1, k], draws[2, k]
-    for k in range(len(ended)):  # when goes from the deadline down to the turn's next end
+        f[more[k], PROMPT], f[more[k], REPLY] = draws[1, k], draws[2, k]
+    for k in range(len(ended)):
         s = ended[k]
-        seg[s] += 1
-        tail = prefill * prompt[s] if seg[s] < nturns[s] else end_s[s]
-        when[s] = min(t[s // c] + draws[0, k] + tail, deadline[s])
-        _lowered(when, am, 1, s // c, s)
-    for k in range(len(starts)):  # when goes from inf down
+        j = s // c
+        f[s, SEG] += 1
+        tail = prefill * f[s, PROMPT] if f[s, SEG] < f[s, NTURNS] else f[s, END_S]
+        when[s] = min(t[j] + draws[0, k] + tail, f[s, DEADLINE])
+        a = am[1, j]
+        if when[s] < when[a] or (when[s] == when[a] and s < a):
+            am[1, j] = s
+    for k in range(len(starts)):
         s = starts[k]
-        now = t[s // c]
-        nturns[s], end_s[s], rows[s], seg[s] = turns[k], draws[4, k], row[k], 0
-        prompt[s], reply[s] = draws[5, k], draws[6, k]
-        deadline[s] = now + timeout
-        when[s] = min(now + draws[3, k] + prefill * draws[5, k], deadline[s])
-        _lowered(when, am, 1, s // c, s)
+        j = s // c
+        now = t[j]
+        f[s, NTURNS], f[s, END_S], rows[s], f[s, SEG] = turns[k], draws[4, k], row[k], 0
+        f[s, PROMPT], f[s, REPLY] = draws[5, k], draws[6, k]
+        f[s, DEADLINE] = now + timeout
+        when[s] = min(now + draws[3, k] + prefill * draws[5, k], f[s, DEADLINE])
+        a = am[1, j]
+        if when[s] < when[a] or (when[s] == when[a] and s < a):
+            am[1, j] = s
 
 
 if njit is not None:
-    _leave, _argmin, _lowered = (njit(cache=True)(g) for g in (_leave, _argmin, _lowered))
+    _argmin = njit(cache=True)(_argmin)  # not inlined: an inlined call counts references
     _events = njit(cache=True)(_events)
     _apply = njit(cache=True)(_apply)
 
@@ -172,7 +165,7 @@ class CompiledSteps:
 
     def events(self, b):
         ne, nm, ns = _events(
-            b.f, b.i, b.fj, b.ij, self.am, self.base, self.per_ctx, self.per_batch, b.c,
+            b.when, b.target, b.f, b.fj, b.ij, self.am, self.base, self.per_ctx, self.per_batch, b.c,
             self.episodes, self.out,
         )  # fmt: skip
         out = self.out
@@ -188,7 +181,7 @@ class CompiledSteps:
             d[5, :ns], d[6, :ns] = first
             turns, row = _as_int(turns), _as_int(row)
         _apply(
-            b.f, b.i, b.t, self.am, b.c, self.prefill, self.timeout, ended, more, starts, d,
+            b.when, b.f, b.row, b.t, self.am, b.c, self.prefill, self.timeout, ended, more, starts, d,
             turns, row,
         )  # fmt: skip
 
