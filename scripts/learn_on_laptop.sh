@@ -13,7 +13,8 @@
 # EXPORT_TO (a folder: copy there the four runs' traces, evaluations and checkpoints, the
 # warm start's evaluation and the table; examples/runs/learn was made so), SETS (extra
 # KEY=VALUE overrides for every ES run, space-separated, e.g. "es.reward=graded
-# es.noise=lowrank-v1-r4"), MODEL (the warm start's folder, default examples/warm_start).
+# es.noise=lowrank-v1-r4"), MODEL (the warm start's folder, default examples/warm_start),
+# PARALLEL (non-empty: run the schedules at once, each logging to WORK_DIR/es_<schedule>.out).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work="${1:-runs/learn}"
@@ -60,14 +61,14 @@ policy() {
   esac
 }
 
-for schedule in ${SCHEDULES:-sync bounded cd4 cd8}; do
-  run="$work/es_$schedule"
+run_schedule() {
+  local schedule=$1 run="$work/es_$1"
   if tail -n 1 "$run/journal.jsonl" 2>/dev/null | grep -q '"reason":"run ended"'; then
     echo "== $schedule: finished in $run"
-    continue
+    return
   fi
   echo "== ES under $schedule -> $run"
-  sets=(--set "policy=$(policy "$schedule")" --set "name=learn-$schedule"
+  local sets=(--set "policy=$(policy "$schedule")" --set "name=learn-$schedule"
         --set "model.path=$model" --set "tasks.dir=$model/tasks"
         --set "eval.seeds=[$(IFS=,; echo "${seeds[*]}")]")
   [ -n "${UPDATES:-}" ] && sets+=(--set "updates=$UPDATES")
@@ -78,7 +79,22 @@ for schedule in ${SCHEDULES:-sync bounded cd4 cd8}; do
   else
     es-runner train configs/runner/cpu_learn.yaml --out "$run" --no-progress "${sets[@]}"
   fi
-done
+}
+
+if [ -n "${PARALLEL:-}" ]; then
+  # All schedules at once, sharing the cores: each run's wall time then includes the others'
+  # load (their relative order still compares them under equal conditions).
+  pids=()
+  for schedule in ${SCHEDULES:-sync bounded cd4 cd8}; do
+    run_schedule "$schedule" >"$work/es_$schedule.out" 2>&1 &
+    pids+=($!)
+  done
+  status=0
+  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+  [ "$status" -eq 0 ] || { echo "a schedule failed: see $work/es_*.out" >&2; exit 1; }
+else
+  for schedule in ${SCHEDULES:-sync bounded cd4 cd8}; do run_schedule "$schedule"; done
+fi
 
 python - "$work" <<'EOF'
 """One table: held-out success (the share of episodes that passed) per schedule at version
