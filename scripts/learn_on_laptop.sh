@@ -14,7 +14,7 @@
 # warm start's evaluation and the table; examples/runs/learn was made so), SETS (extra
 # KEY=VALUE overrides for every ES run, space-separated, e.g. "es.reward=graded
 # es.noise=lowrank-v1-r4"), MODEL (the warm start's folder, default examples/warm_start),
-# PARALLEL (non-empty: run the schedules at once, each logging to WORK_DIR/es_<schedule>.out).
+# PARALLEL (non-empty: run the schedules at once, each logging to WORK_DIR/log_<schedule>.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work="${1:-runs/learn}"
@@ -86,12 +86,12 @@ if [ -n "${PARALLEL:-}" ]; then
   # load (their relative order still compares them under equal conditions).
   pids=()
   for schedule in ${SCHEDULES:-sync bounded cd4 cd8}; do
-    run_schedule "$schedule" >"$work/es_$schedule.out" 2>&1 &
+    run_schedule "$schedule" >"$work/log_$schedule.txt" 2>&1 &
     pids+=($!)
   done
   status=0
   for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-  [ "$status" -eq 0 ] || { echo "a schedule failed: see $work/es_*.out" >&2; exit 1; }
+  [ "$status" -eq 0 ] || { echo "a schedule failed: see $work/log_*.txt" >&2; exit 1; }
 else
   for schedule in ${SCHEDULES:-sync bounded cd4 cd8}; do run_schedule "$schedule"; done
 fi
@@ -111,7 +111,7 @@ from runner.evaluation import success_gain
 
 work = Path(sys.argv[1])
 rows = []
-for run in sorted(work.glob("es_*")):
+for run in sorted(p for p in work.glob("es_*") if p.is_dir()):
     evals = pd.read_parquet(run / "eval.parquet")
     per_seed = evals.groupby(["version", "seed"])["passed"].mean().unstack()
     summary = json.loads((run / "summary.json").read_text())
