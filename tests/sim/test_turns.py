@@ -247,3 +247,17 @@ def test_the_queue_pipeline_refuses_a_turn_model_job_in_one_line(tmp_path, capsy
     assert main(["run", str(path)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "turn-model job" in lines[0], lines
+
+
+def test_a_drawn_part_takes_its_models_stream_in_order_across_chunks(monkeypatch):
+    """The pool of draws changes only how often numpy is called: asked in pieces across
+    chunk boundaries, it gives the model's own stream, value for value."""
+    from staleness_sim.durations import turns
+    from staleness_sim.durations.models import Lognormal
+
+    monkeypatch.setattr(turns, "_CHUNK", 7)
+    model = Lognormal(np.log(3), 0.5)
+    pool = turns._Pool(model, np.random.default_rng(5))
+    pieces = [pool.sample(None, n) for n in (3, 5, 0, 9, 1, 20)]
+    expected = np.exp(np.log(3) + 0.5 * np.random.default_rng(5).standard_normal(38))
+    np.testing.assert_allclose(np.concatenate(pieces), expected, rtol=1e-15)
