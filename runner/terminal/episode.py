@@ -164,6 +164,8 @@ def run_episode(
                 sandbox.ensure_running()  # a container the agent stopped is not verified
                 tv = time.perf_counter()
                 result = verify_final(sandbox, task, offline_fallback=config.offline_verifier)
+                if result.exit_code < 0:  # the engine could not run it: was it stopping?
+                    sandbox.ensure_stopped_is_named()
                 record.verify_s = time.perf_counter() - tv
                 record.passed, record.reward = result.passed, result.reward
                 record.graded = result.graded

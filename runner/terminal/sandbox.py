@@ -642,9 +642,28 @@ class Sandbox:
                 info.mode = 0o755 if name.endswith(".sh") else mode
                 tar.addfile(info, io.BytesIO(data))
         buf.seek(0)
-        self.exec_root(["mkdir", "-p", "-m", "755", dest_dir], timeout=10)
-        if not self.container.put_archive(dest_dir, buf.getvalue()):
-            raise SandboxError(f"{self.task_id}: could not copy files to {dest_dir}")
+        code, why = self.exec_root(["mkdir", "-p", "-m", "755", dest_dir], timeout=10)
+        if code == 0:
+            try:
+                if self.container.put_archive(dest_dir, buf.getvalue()):
+                    return
+                why = "the engine refused the archive"
+            except docker.errors.APIError as exc:
+                why = f"{exc.explanation or exc}"
+        # a container its agent killed (kill -9 -1 as root) may still have looked alive a
+        # moment ago: name that, not the engine's words for a vanished directory
+        self.ensure_stopped_is_named()
+        raise SandboxError(f"{self.task_id}: could not copy files to {dest_dir}: {why.strip()}")
+
+    def ensure_stopped_is_named(self, settle_s: float = 2.0) -> None:
+        """After a failed engine call: raise :meth:`ensure_running`'s error if the container
+        stops within ``settle_s`` (its main process may take a moment to be reaped)."""
+        deadline = time.monotonic() + settle_s
+        while True:
+            self.ensure_running()
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.1)
 
 
 def _disk_usage(path: str, stop_above: int) -> int:

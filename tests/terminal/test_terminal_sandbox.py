@@ -228,6 +228,21 @@ def test_timeout_kill_from_inside_when_host_cannot_see_processes(docker_client, 
         assert sb.run("echo ok", 5).output == "ok"
 
 
+def test_copying_into_a_container_that_stopped_names_the_stop(docker_client, no_leak):
+    """The race behind a flaky hostile-agent test: ``kill -9 -1`` as root stops the container a
+    moment after ensure_running last saw it alive, then the verifier's copy met the engine's
+    404 for a directory its failed mkdir never made. The copy now names the stop."""
+    from runner.terminal.errors import SandboxError
+
+    with Sandbox(docker_client, BASE, task_id="stopped-copy") as sb:
+        sb.put_files("/tests", {"a/test_x.py": b"x = 1\n"})  # a live container takes it
+        assert sb.exec_root(["cat", "/tests/a/test_x.py"], timeout=5) == (0, "x = 1")
+        sb.container.kill()
+        sb.container.wait(timeout=10)
+        with pytest.raises(SandboxError, match="the container stopped during the episode"):
+            sb.put_files("/fresh", {"test_y.py": b"y = 2\n"})
+
+
 def test_a_removal_already_in_progress_is_not_a_failure(
     docker_client, no_leak, monkeypatch, caplog
 ):
