@@ -100,13 +100,27 @@ def _add_run_model(p: argparse.ArgumentParser, prefix: str = "") -> None:
         help=prefix + "the workers shared one machine that runs C jobs at full speed "
         "(contention; measured durations become solo durations)",
     )
+    p.add_argument(
+        "--cores",
+        type=float,
+        metavar="K",
+        help=prefix + "with --durations turns: each worker's containers and engine shared K "
+        "CPUs (a CPU run; the job's cpu: times taken out of the run are uncontended, and "
+        "a simulated job slows by its own mean demand over K)",
+    )
 
 
 def _from_run(folder: Path, args: argparse.Namespace, sets: list[str]) -> Scenario:
     from staleness_sim.validation import scenario_from_run
 
     return scenario_from_run(
-        folder, sets, args.durations, args.criterion, args.version_effect, args.capacity
+        folder,
+        sets,
+        args.durations,
+        args.criterion,
+        args.version_effect,
+        args.capacity,
+        args.cores,
     )
 
 
@@ -270,6 +284,13 @@ def _add_fit(p: argparse.ArgumentParser) -> None:
         help="family: a duration law fitted by maximum likelihood (default); turns: the turn "
         "model of a run directory (its episodes and its engine's decode curve)",
     )
+    p.add_argument(
+        "--cores",
+        type=float,
+        metavar="K",
+        help="with --durations turns: the worker's containers and engine shared K CPUs "
+        "(the job's cpu; the fitted times are then uncontended)",
+    )
 
 
 def _fit_turns(args: argparse.Namespace) -> int:
@@ -278,12 +299,13 @@ def _fit_turns(args: argparse.Namespace) -> int:
 
     if not args.data.is_dir():
         raise ValueError(f"--durations turns fits a run directory, got {args.data}")
-    job, what = turn_job(read_run(args.data))
+    job, what = turn_job(read_run(args.data), cores=args.cores)
     if args.json:
         print(json.dumps({"job": job, "description": what}))
     else:
         print(what)
-        print(yaml.safe_dump({"engine": job["engine"]}, sort_keys=False).rstrip())
+        shown = {k: job[k] for k in ("engine", "cpu") if k in job}
+        print(yaml.safe_dump(shown, sort_keys=False).rstrip())
     return 0
 
 
@@ -293,6 +315,8 @@ def _fit(args: argparse.Namespace) -> int:
 
     if args.durations == "turns":
         return _fit_turns(args)
+    if args.cores is not None:
+        raise ValueError("--cores goes with --durations turns")
     censored = None
     if args.data.is_dir():
         values, censored = _trace_durations(args.data, args.column)
@@ -368,6 +392,7 @@ def _validate(args: argparse.Namespace) -> int:
         version_effect=args.version_effect,
         sets=args.sets,
         capacity=args.capacity,
+        cores=args.cores,
     )
     paths = write_plots(v, args.plot) if args.plot else []
     if args.json:

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from staleness_sim.core.settings import ConfigError, _Strict, describe_error
-from staleness_sim.durations import DurationSpec, EngineSpec, TurnsSpec
+from staleness_sim.durations import CpuShare, DurationSpec, EngineSpec, TurnsSpec
 
 
 class SyncPolicy(_Strict):
@@ -47,11 +47,14 @@ class JobSpec(_Strict):
     episode: DurationSpec | None = None
     turns: TurnsSpec | None = None
     engine: EngineSpec | None = None
+    cpu: CpuShare | None = None  # the turn model on a CPU its containers share
 
     @model_validator(mode="after")
     def _one_form(self) -> JobSpec:
         if (self.turns is None) != (self.engine is None):
             raise ValueError("turns and engine go together (the turn model)")
+        if self.cpu is not None and self.turns is None:
+            raise ValueError("cpu (cores shared by containers and engine) needs turns + engine")
         composed = (self.episodes, self.concurrency, self.episode or self.turns)
         if self.duration is not None:
             if any(x is not None for x in composed):

@@ -19,7 +19,7 @@ from staleness_sim.durations.specs import (
     WeibullSpec,
     read_column,
 )
-from staleness_sim.durations.turns import TurnJob, TurnsSpec, TurnTable
+from staleness_sim.durations.turns import CpuShare, TurnJob, TurnsSpec, TurnTable
 
 __all__ = [
     "ConstantSpec",
@@ -29,6 +29,7 @@ __all__ = [
     "RooflineSpec",
     "TurnJob",
     "TurnTable",
+    "CpuShare",
     "TurnsSpec",
     "DirectJob",
     "DurationModel",

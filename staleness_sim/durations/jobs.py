@@ -107,7 +107,7 @@ def make_job(spec: Any) -> DirectJob | EpisodicJob | TurnJob:
     """The job of a scenario's ``job`` section: ``duration``, ``episode`` x ``episodes``,
     or ``turns`` on an ``engine`` x ``episodes``."""
     if getattr(spec, "turns", None) is not None:
-        return TurnJob(spec.turns, Engine(spec.engine), spec.episodes, spec.concurrency)
+        return TurnJob(spec.turns, Engine(spec.engine), spec.episodes, spec.concurrency, spec.cpu)
     if spec.duration is not None:
         return DirectJob(make_duration(spec.duration))
     return EpisodicJob(make_duration(spec.episode), spec.episodes, spec.concurrency)

@@ -37,7 +37,7 @@ def _events(when, target, f, fj, ij, am, base, per_ctx, per_batch, c, episodes, 
     starts, numbers, and the cut sessions as scratch); returns their lengths. ``am`` holds
     each job's argmin of ``target`` and of ``when`` (kept up to date, not searched for at
     every step)."""
-    t, virt, held = fj[0], fj[1], fj[2]
+    t, virt, held, timed, decoding = fj[0], fj[1], fj[2], fj[3], fj[4]
     batch, assigned, busy = ij[0], ij[1], ij[2]
     ended, more, starts, numbers, cuts = out[0], out[1], out[2], out[3], out[4]
     ne = nm = no = nc = 0
@@ -55,6 +55,9 @@ def _events(when, target, f, fj, ij, am, base, per_ctx, per_batch, c, episodes, 
         if not np.isfinite(t_next):
             continue
         adv = first if is_dec else virt[j] + (t_next - t[j]) / step
+        dt = t_next - t[j]
+        timed[j] += (busy[j] - batch[j]) * dt
+        decoding[j] += dt if batch[j] > 0 else 0.0
         if batch[j] > 0:
             virt[j] = adv
         t[j] = t_next

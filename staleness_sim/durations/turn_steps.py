@@ -31,7 +31,9 @@ class Block:
     row), ``dec`` (1 while decoding). Per job: ``t``, ``virt`` (tokens a sequence in the
     batch has decoded since time 0), ``held`` (the context the batch holds), ``batch``
     (sessions decoding), ``assigned`` (episodes started), ``busy`` (sessions with an
-    episode).
+    episode), and two integrals over time for the CPU a job's parts share (``job.cpu``):
+    ``timed`` (of the sessions in a timed part: busy less batch) and ``decoding`` (of the
+    time the batch is not empty).
 
     ``when`` and ``target`` are searched job by job, so each is one array; a session's
     other fields but ``row`` are one record (a row of ``f``, one 64-byte cache line), so
@@ -45,11 +47,11 @@ class Block:
         self.when, self.target = np.full(n * c, np.inf), np.full(n * c, np.inf)
         self.f = _on_lines((n * c, 8))
         self.row = np.zeros(n * c, np.int64)
-        self.fj = np.zeros((3, n))
+        self.fj = np.zeros((5, n))
         self.ij = np.zeros((3, n), np.int64)
         self.deadline, self.ctx, self.end_s, self.prompt, self.reply = self.f.T[:5]
         self.seg, self.nturns, self.dec = self.f.T[5:]
-        self.t, self.virt, self.held = self.fj
+        self.t, self.virt, self.held, self.timed, self.decoding = self.fj
         self.batch, self.assigned, self.busy = self.ij
         self.deadline[:] = np.inf
         self.assigned[:] = self.busy[:] = c
@@ -86,6 +88,10 @@ class NumpySteps:
         go = np.isfinite(t_next)
         # Virtual tokens: exactly the finisher's target when a decode ends.
         adv = np.where(is_dec, first, virt + (t_next - t) / step)
+        with np.errstate(invalid="ignore"):
+            dt = np.where(go, t_next - t, 0.0)
+        b.timed += (b.busy - batch) * dt
+        b.decoding += np.where(batch > 0, dt, 0.0)
         virt[:] = np.where(go & (batch > 0), adv, virt)
         t[:] = np.where(go, t_next, t)
         jd = np.flatnonzero(go & is_dec)

@@ -111,6 +111,28 @@ class TurnsSpec(BaseModel):
         return self
 
 
+class CpuShare(BaseModel):
+    """The CPU a worker's sessions and engine share (a CPU run, where containers and the
+    engine compete for a few cores): ``cores`` CPUs, the engine wanting ``engine_demand``
+    of them while it decodes and every session in a timed part (a command, a sandbox
+    start, a verifier, a prefill) one. A job's parts then all slow by ``max(1, demand /
+    cores)``, ``demand`` being the job's mean of that want over its makespan (a mean
+    field per job: the simulated job's own occupancy, which uniform slowing leaves
+    unchanged). The turn and engine times are then uncontended times."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    cores: Annotated[float, Field(gt=0)]
+    engine_demand: Annotated[float, Field(ge=0)] = 1.0
+
+    def slowdown(self, timed: np.ndarray, decoding: np.ndarray, span: np.ndarray) -> np.ndarray:
+        """The factor of jobs whose sessions spent ``timed`` session-seconds in timed parts
+        and whose engine decoded ``decoding`` seconds of a makespan ``span``."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            demand = (timed + self.engine_demand * decoding) / span
+        return np.maximum(1.0, np.nan_to_num(demand, nan=0.0) / self.cores)
+
+
 class _Table:
     """Episodes resampled whole from a measured table."""
 
@@ -224,7 +246,14 @@ class _Drawn:
 class TurnJob:
     """D episodes of turns over C sessions sharing one engine; duration = makespan."""
 
-    def __init__(self, turns: TurnsSpec, engine: Engine, episodes: int, concurrency: int) -> None:
+    def __init__(
+        self,
+        turns: TurnsSpec,
+        engine: Engine,
+        episodes: int,
+        concurrency: int,
+        cpu: CpuShare | None = None,
+    ) -> None:
         if episodes < 1 or concurrency < 1:
             raise ValueError(
                 f"episodes and concurrency must be >= 1, got {episodes}, {concurrency}"
@@ -233,6 +262,7 @@ class TurnJob:
         self.episodes, self.concurrency = int(episodes), int(concurrency)
         self.source = _Table(turns.table) if turns.table is not None else _Drawn(turns)
         self.timeout = turns.timeout_s if turns.timeout_s is not None else np.inf
+        self.cpu = cpu
         self._ahead: dict[int, tuple[np.random.Generator, np.ndarray]] = {}
 
     def sample(self, rng: np.random.Generator, n_jobs: int) -> np.ndarray:
@@ -251,9 +281,15 @@ class TurnJob:
 
     def describe(self) -> str:
         cut = f", cut at {self.timeout:g} s" if np.isfinite(self.timeout) else ""
+        cpu = ""
+        if self.cpu is not None:
+            cpu = (
+                f"; containers and engine (wanting {self.cpu.engine_demand:g}) share "
+                f"{self.cpu.cores:g} cores"
+            )
         return (
             f"makespan of {self.episodes} episodes over {self.concurrency} sessions sharing "
-            f"one engine ({self.engine.describe()}); {self.source.describe()}{cut}"
+            f"one engine ({self.engine.describe()}); {self.source.describe()}{cut}{cpu}"
         )
 
     def _simulate(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -281,5 +317,7 @@ class TurnJob:
                 first = src.turn(rng, episode[3])
             steps.apply(block, ended, more, starts, cmd, turn, episode, first)
             if not block.busy.any():
-                return block.t
+                if self.cpu is None:
+                    return block.t
+                return block.t * self.cpu.slowdown(block.timed, block.decoding, block.t)
             ended, more, starts, numbers = steps.events(block)

@@ -81,16 +81,26 @@ def model_from_run(
     criterion: str = "aic",
     version_effect: str = "auto",
     capacity: float | None = None,
+    cores: float | None = None,
 ) -> RunModel:
     """Fit the job-duration model and measure the run's costs from its trace.
 
     With ``capacity`` the workers share one machine (the scenario's ``contention``), and
     the measured durations are turned into solo durations first (:func:`solo_durations`).
+    With ``cores`` (the turn model only) a worker's containers and engine shared that many
+    CPUs (the job's ``cpu``; :func:`~staleness_sim.validation.turn_fit.turn_job`).
     """
     if durations not in DURATION_MODELS:
         raise ValueError(f"durations must be one of {', '.join(DURATION_MODELS)}")
     if version_effect not in VERSION_EFFECT:
         raise ValueError(f"version_effect must be one of {', '.join(VERSION_EFFECT)}")
+    if cores is not None:
+        if durations != "turns":
+            raise ValueError("cores (a CPU shared within a worker) needs --durations turns")
+        if capacity is not None:
+            raise ValueError("give cores (within a worker) or capacity (across workers), not both")
+        if not cores > 0:
+            raise ValueError(f"cores must be > 0, got {cores}")
     values, censored, jobs = job_durations(run)
     need_jobs(run, len(values))
     if capacity is not None:
@@ -126,7 +136,7 @@ def model_from_run(
         job = {"duration": spec}
         what = f"{spec['dist']} fitted to {len(base)} job durations by {criterion.upper()}"
     elif durations == "turns":
-        job, what = turn_job(run, scale if capacity is not None else None)
+        job, what = turn_job(run, scale if capacity is not None else None, cores)
     else:
         job, table, what = _episodic_job(run, criterion)
     effect = None
@@ -254,11 +264,12 @@ def scenario_from_run(
     criterion: str = "aic",
     version_effect: str = "auto",
     capacity: float | None = None,
+    cores: float | None = None,
 ) -> Scenario:
     """The scenario of a measured run, from its fitted durations and measured costs, with
     ``--set KEY=VALUE`` overrides (what-ifs: ``workers=16``, ``policy.max_lag=4``)."""
     run = read_run(folder)
-    model = model_from_run(run, durations, criterion, version_effect, capacity)
+    model = model_from_run(run, durations, criterion, version_effect, capacity, cores)
     return run_scenario(run, model, sets, f"--from-run {folder}")
 
 

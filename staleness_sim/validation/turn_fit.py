@@ -24,6 +24,7 @@ import pandas as pd
 from scipy import optimize
 
 from staleness_sim.core.trace import TraceError
+from staleness_sim.durations import CpuShare
 from staleness_sim.validation.run import MeasuredRun, completed_jobs, need_jobs
 
 NEEDS = ("job_id", "index", "turns", "tokens_in", "tokens_out", "generation_s",
@@ -139,11 +140,60 @@ def episode_table(eps: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def turn_job(run: MeasuredRun, scale: dict[int, float] | None = None) -> tuple[dict, str]:
-    """The scenario's ``job`` (turns on an engine) and a line describing it."""
+def cpu_slowdowns(eps: pd.DataFrame, cpu: CpuShare) -> pd.Series:
+    """Each measured job's slowdown under ``cpu`` (the scenario's ``job.cpu``), from its own
+    records: its sessions' seconds outside generation (timed parts), the time its engine
+    generated (the union of its turns' generations) and its span, as the turn model
+    counts them for a simulated job. Needs per-turn records."""
+    if not per_turn(eps):
+        raise TraceError("a shared CPU (--cores) needs the run's per-turn records")
+    out = {}
+    for job_id, job in eps.groupby("job_id", sort=False):
+        start = np.concatenate(job["turn_start"].to_numpy()).astype(float)
+        gen = np.concatenate(job["turn_gen_s"].to_numpy()).astype(float)
+        timed = float((job["duration_s"].to_numpy(float)).sum() - gen.sum())
+        span = float(job["end_time"].max() - job["start_time"].min())
+        out[job_id] = float(
+            cpu.slowdown(
+                np.array([timed]), np.array([_union(start, start + gen)]), np.array([span])
+            )[0]
+        )
+    return pd.Series(out)
+
+
+def _union(start: np.ndarray, end: np.ndarray) -> float:
+    """The length of the union of the intervals [start, end)."""
+    total, reach = 0.0, -np.inf
+    for a, b in sorted(zip(start, end, strict=True)):
+        if b > reach:
+            total += b - max(a, reach)
+            reach = b
+    return total
+
+
+def turn_job(
+    run: MeasuredRun, scale: dict[int, float] | None = None, cores: float | None = None
+) -> tuple[dict, str]:
+    """The scenario's ``job`` (turns on an engine) and a line describing it. With ``cores``
+    the worker's containers and engine shared that many CPUs (``job.cpu``): each measured
+    job's times are divided by its own slowdown, so the table and curve hold uncontended
+    times, and the simulated jobs slow again by theirs."""
     eps = run_episodes(run, scale)
     d, c = int(run.config["episodes_per_job"]), int(run.config["concurrency"])
     engine, how = fit_engine(eps, c)
+    cpu_what = ""
+    if cores is not None:
+        cpu = CpuShare(cores=cores)
+        slow = cpu_slowdowns(eps, cpu)
+        unslowed = {int(j): (scale or {}).get(int(j), 1.0) / f for j, f in slow.items()}
+        gen = eps.groupby("job_id", sort=False)["generation_s"].sum()
+        mean = float((slow * gen).sum() / max(gen.sum(), 1e-12))
+        engine["curve"]["step_s"] = [x / mean for x in engine["curve"]["step_s"]]
+        eps = run_episodes(run, unslowed)
+        cpu_what = (
+            f"; containers and engine shared {cores:g} cores: the run's jobs slowed "
+            f"{slow.min():.3g} to {slow.max():.3g} times (mean {slow.mean():.3g}), taken out"
+        )
     turns: dict[str, Any] = {"table": episode_table(eps)}
     if run.episode_timeout is not None:
         turns["timeout_s"] = run.episode_timeout
@@ -153,4 +203,7 @@ def turn_job(run: MeasuredRun, scale: dict[int, float] | None = None) -> tuple[d
         f"measured jobs' {len(eps)} episodes replayed a job at a time; decode step "
         f"{step[0] * 1e3:.3g} ms at batch 1, {step[1] * 1e3:.3g} ms at {top} ({how})"
     )
-    return {"episodes": d, "concurrency": c, "turns": turns, "engine": engine}, what
+    job = {"episodes": d, "concurrency": c, "turns": turns, "engine": engine}
+    if cores is not None:
+        job["cpu"] = {"cores": float(cores)}
+    return job, what + cpu_what

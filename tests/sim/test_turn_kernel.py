@@ -89,17 +89,25 @@ CASES = {
     ),
     "more sessions than episodes": (3, 8, DRAWN, {"curve": CURVE}),
     "one session": (5, 1, DRAWN | {"timeout_s": 30}, {"curve": CURVE}),
+    "a shared CPU, timeout": (
+        24,
+        8,
+        {"table": _table(job=[k % 5 for k in range(40)]), "timeout_s": 20},
+        {"curve": CURVE, "prefill_s_per_token": 1e-5},
+        {"cores": 1.5, "engine_demand": 0.7},
+    ),
 }
 
 
 def _durations(spec, monkeypatch, numpy: bool) -> np.ndarray:
-    episodes, concurrency, turns, engine = spec
+    episodes, concurrency, turns, engine, *cpu = spec
     if numpy:
         monkeypatch.setenv("STALENESS_SIM_NO_NUMBA", "1")
     else:
         monkeypatch.delenv("STALENESS_SIM_NO_NUMBA", raising=False)
     base = {"workers": 1, "cohort": 1, "updates": 1, "policy": {"kind": "sync"}}
     job = {"episodes": episodes, "concurrency": concurrency, "turns": turns, "engine": engine}
+    job |= {"cpu": cpu[0]} if cpu else {}
     model = make_job(validate_cohort({**base, "job": job}).job)
     rng = np.random.default_rng(7)
     # several blocks: simulated ahead at 16 times what is asked, then one past that

@@ -1,0 +1,92 @@
+"""Held-out prediction across sessions per worker (docs/turns.md, "Across concurrency"):
+measured CPU runs of one setup at several concurrencies C, each predicted from another
+run's turn model at that C, with and without a shared CPU (``--cores``), and by the
+run's empirical job durations (which cannot change with C).
+
+    python benchmarks/across_concurrency.py RUN_C1 RUN_C2 ... [--fit RUN] [--cores 2]
+
+Each run's measured results per hour come with a standard error from its jobs' durations
+(results per hour is 3600 / the mean job time on one worker with no idle time; the
+error propagates the mean's), so a prediction's error can be set beside the noise.
+Predictions are the mean of ``--seeds`` simulations of the measured run's length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from staleness_sim import simulate
+from staleness_sim.core.metrics import summarize
+from staleness_sim.validation import scenario_from_run
+
+
+def measured(run: Path) -> dict:
+    summary = json.loads((run / "summary.json").read_text())
+    meta = json.loads((run / "meta.json").read_text())
+    jobs = pd.read_parquet(run / "jobs.parquet")
+    done = jobs[jobs["verdict"].notna() & jobs["end_time"].notna()]
+    span = (done["end_time"] - done["start_time"]).to_numpy(float)
+    rel_se = span.std(ddof=1) / span.mean() / math.sqrt(len(span)) if len(span) > 1 else math.nan
+    return {
+        "concurrency": int(meta["config"]["concurrency"]),
+        "jobs": len(span),
+        "results_per_hour": float(summary["results_per_hour"]),
+        "rel_se": float(rel_se),
+        "idle": float(summary["worker_idle_fraction"]),
+    }
+
+
+def predicted(fit: Path, c: int, how: str, cores: float, seeds: int, updates: int) -> dict:
+    sets = [f"updates={updates}"]
+    if how == "empirical":
+        scenario = scenario_from_run(fit, sets, "empirical")
+    else:
+        sets.append(f"job.concurrency={c}")
+        scenario = scenario_from_run(fit, sets, "turns", cores=cores if how == "cpu" else None)
+    rows = [summarize(simulate(scenario.model_copy(update={"seed": s}))) for s in range(seeds)]
+    return {
+        "results_per_hour": float(np.mean([r["results_per_hour"] for r in rows])),
+        "idle": float(np.mean([r["worker_idle_fraction"] for r in rows])),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("runs", nargs="+", type=Path)
+    p.add_argument("--fit", type=Path, action="append", help="run(s) to predict from (default all)")
+    p.add_argument("--cores", type=float, default=2.0)
+    p.add_argument("--seeds", type=int, default=10)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    meas = {run: measured(run) for run in args.runs}
+    rows = []
+    for fit in args.fit or args.runs:
+        updates = json.loads((fit / "summary.json").read_text())["updates"]
+        for run, m in meas.items():
+            if run == fit:
+                continue
+            row = {"fit C": meas[fit]["concurrency"] if fit in meas else measured(fit)["concurrency"]}
+            row |= {"C": m["concurrency"], "measured": m["results_per_hour"]}
+            row |= {"noise (1 SE)": m["rel_se"], "idle measured": m["idle"]}
+            for how in ("cpu", "turns", "empirical"):
+                pr = predicted(fit, m["concurrency"], how, args.cores, args.seeds, updates)
+                row[how] = pr["results_per_hour"]
+                row[f"{how} error"] = pr["results_per_hour"] / m["results_per_hour"] - 1
+                row[f"{how} idle"] = pr["idle"]
+            rows.append(row)
+    table = pd.DataFrame(rows)
+    if args.json:
+        print(table.to_json(orient="records"))
+    else:
+        with pd.option_context("display.width", 200, "display.float_format", "{:.3g}".format):
+            print(table.to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()
