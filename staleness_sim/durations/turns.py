@@ -113,23 +113,29 @@ class TurnsSpec(BaseModel):
 
 class CpuShare(BaseModel):
     """The CPU a worker's sessions and engine share (a CPU run, where containers and the
-    engine compete for a few cores): ``cores`` CPUs, the engine wanting ``engine_demand``
-    of them while it decodes and every session in a timed part (a command, a sandbox
-    start, a verifier, a prefill) one. A job's parts then all slow by ``max(1, demand /
-    cores)``, ``demand`` being the job's mean of that want over its makespan (a mean
-    field per job: the simulated job's own occupancy, which uniform slowing leaves
-    unchanged). The turn and engine times are then uncontended times."""
+    engine compete for a few cores): ``cores`` CPUs, every session in a timed part (a
+    command, a sandbox start, a verifier, a prefill) wanting one and the engine
+    ``engine_demand`` while it decodes (default: all ``cores``, as a CPU engine runs one
+    thread per core, torch's default, and its threads spin while they wait). A job's
+    parts then all slow by ``max(1, demand / cores)``, ``demand`` being the job's mean of
+    that want over its makespan (a mean field per job: the simulated job's own
+    occupancy, which uniform slowing leaves unchanged). The turn and engine times are
+    then uncontended times."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     cores: Annotated[float, Field(gt=0)]
-    engine_demand: Annotated[float, Field(ge=0)] = 1.0
+    engine_demand: Annotated[float, Field(ge=0)] | None = None
+
+    @property
+    def engine(self) -> float:
+        return self.cores if self.engine_demand is None else self.engine_demand
 
     def slowdown(self, timed: np.ndarray, decoding: np.ndarray, span: np.ndarray) -> np.ndarray:
         """The factor of jobs whose sessions spent ``timed`` session-seconds in timed parts
         and whose engine decoded ``decoding`` seconds of a makespan ``span``."""
         with np.errstate(invalid="ignore", divide="ignore"):
-            demand = (timed + self.engine_demand * decoding) / span
+            demand = (timed + self.engine * decoding) / span
         return np.maximum(1.0, np.nan_to_num(demand, nan=0.0) / self.cores)
 
 
@@ -284,7 +290,7 @@ class TurnJob:
         cpu = ""
         if self.cpu is not None:
             cpu = (
-                f"; containers and engine (wanting {self.cpu.engine_demand:g}) share "
+                f"; containers and engine (wanting {self.cpu.engine:g}) share "
                 f"{self.cpu.cores:g} cores"
             )
         return (

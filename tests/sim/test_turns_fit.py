@@ -168,10 +168,10 @@ def test_a_jobs_cpu_slowdown_comes_from_its_own_records():
         got = cpu_slowdowns(eps, CpuShare(cores=cores))
         for job, k in enumerate([1, 2, 3, 4, 2, 1]):
             # k sessions generate together (the engine busy for the sum of one session's
-            # generations), and each runs three 0.5 s commands: demand over the span
+            # generations, wanting every core), and each runs three 0.5 s commands
             gen = sum((10 + 5 * turn + job) * (0.004 + 0.0015 * (k - 1)) for turn in range(3))
             span = gen + 1.5
-            expected = max(1.0, (k * 1.5 + gen) / span / cores)
+            expected = max(1.0, (k * 1.5 + cores * gen) / span / cores)  # engine: all
             assert got[job] == pytest.approx(expected, rel=1e-12), (cores, job)
     with pytest.raises(Exception, match="per-turn records"):
         cpu_slowdowns(eps.drop(columns=["turn_gen_s"]), CpuShare(cores=1))
