@@ -185,7 +185,7 @@ def turn_job(
     if cores is not None:
         cpu = CpuShare(cores=cores)
         slow = cpu_slowdowns(eps, cpu)
-        unslowed = {int(j): (scale or {}).get(int(j), 1.0) / f for j, f in slow.items()}
+        unslowed = {int(j): 1.0 / f for j, f in slow.items()}  # cores: no capacity scale
         gen = eps.groupby("job_id", sort=False)["generation_s"].sum()
         mean = float((slow * gen).sum() / max(gen.sum(), 1e-12))
         engine["curve"]["step_s"] = [x / mean for x in engine["curve"]["step_s"]]

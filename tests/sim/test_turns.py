@@ -114,7 +114,7 @@ def test_a_shared_cpu_slows_a_job_by_its_mean_demand_over_the_cores():
     assert durations(job_of(serial)) == pytest.approx([2 * 3.0] * 3, rel=1e-12)
 
 
-def test_a_cpu_share_needs_the_turn_model(capsys):
+def test_a_cpu_share_needs_the_turn_model():
     with pytest.raises(ValueError, match="cpu .* needs turns"):
         job_of({"duration": {"dist": "constant", "value": 1}, "cpu": {"cores": 2}})
     with pytest.raises(ValueError, match="cores"):
