@@ -100,8 +100,8 @@ def fit_engine(eps: pd.DataFrame, concurrency: int) -> tuple[dict[str, Any], str
     """The curve and how it was found.
 
     With per-turn records: two points, batch 1 and ``concurrency`` (linear beyond), by
-    non-negative least squares of each turn's generation seconds on ``tokens_out * (a + s
-    * (batch - 1))``. Without them the batch each generation saw is unknown (a run at one
+    least squares of each turn's generation seconds on ``tokens_out * (a + s * (batch -
+    1))`` with ``0 <= s <= a`` (:func:`_batch_fit`). Without them the batch each generation saw is unknown (a run at one
     concurrency has its sessions generate in step), so the slope cannot be told from the
     rate: the curve is flat at the run's mean seconds per reply token, which reproduces
     the run at its own concurrency and predicts no batching cost elsewhere. Either way the
@@ -112,8 +112,8 @@ def fit_engine(eps: pd.DataFrame, concurrency: int) -> tuple[dict[str, Any], str
     if per_turn(eps):
         g = turn_samples(eps)
         g = g[g["out"] > 0]
-        a = np.column_stack([g["out"], g["out"] * (g["batch"] - 1.0)])
-        (base, slope), _ = optimize.nnls(a, g["gen_s"].to_numpy(float))
+        base, slope = _batch_fit(g["out"].to_numpy(float), g["batch"].to_numpy(float),
+                                 g["gen_s"].to_numpy(float))  # fmt: skip
         how = f"fitted to the batches its {len(g)} turns went through"
     else:
         base, slope = eps["generation_s"].sum() / max(eps["tokens_out"].sum(), 1), 0.0
@@ -122,6 +122,27 @@ def fit_engine(eps: pd.DataFrame, concurrency: int) -> tuple[dict[str, Any], str
         raise TraceError("durations 'turns': the run's generation seconds give no decode rate")
     curve = {"batch": [1, top], "step_s": [float(base), float(base + slope * (top - 1))]}
     return {"curve": curve}, how
+
+
+def _batch_fit(out: np.ndarray, batch: np.ndarray, gen_s: np.ndarray) -> tuple[float, float]:
+    """Least squares of ``gen_s`` on ``out * (base + slope * (batch - 1))`` with ``slope >= 0``
+    and ``base >= slope``: a sequence alone costs at least what one more adds to a batch
+    (batching shares work, it adds none), which also keeps the batch-1 step positive where
+    a run never went near batch 1 (C = 16). Where the free fit breaks that, the optimum
+    lies on one of the two edges, flat (``slope = 0``) or proportional (``base = slope``),
+    and is the better of them; a tie (a run only at batch 1) goes to flat: no batching
+    cost was seen, so none is predicted."""
+    x = np.column_stack([out, out * (batch - 1.0)])
+    (base, slope), _ = optimize.nnls(x, gen_s)
+    if base >= slope:
+        return float(base), float(slope)
+    flat = float(out @ gen_s / (out @ out))
+    prop_x = out * batch
+    prop = max(float(prop_x @ gen_s / (prop_x @ prop_x)), 0.0)
+    sq = lambda r: float(r @ r)  # noqa: E731
+    if sq(gen_s - flat * out) <= sq(gen_s - prop * prop_x):
+        return flat, 0.0
+    return prop, prop
 
 
 def episode_table(eps: pd.DataFrame) -> dict[str, Any]:

@@ -20,11 +20,11 @@ ROOT = Path(__file__).resolve().parents[2]
 G1 = ROOT / "examples" / "runs" / "cpu_tiny_g1"
 
 
-def synthetic_episodes(a: float, s: float) -> pd.DataFrame:
+def synthetic_episodes(a: float, s: float, batches=(1, 2, 3, 4, 2, 1)) -> pd.DataFrame:
     """Jobs whose k sessions generate exactly together (batch k) for every turn, generation
     seconds from the curve a + s * (k - 1) per token."""
     rows = []
-    for job, k in enumerate([1, 2, 3, 4, 2, 1]):
+    for job, k in enumerate(batches):
         t = 0.0
         starts, outs = [], []
         for turn in range(3):
@@ -61,6 +61,26 @@ def test_the_curve_is_recovered_from_the_batches_the_turns_went_through():
     assert engine["curve"]["batch"] == [1, 4]
     assert engine["curve"]["step_s"] == pytest.approx([0.004, 0.004 + 3 * 0.0015], rel=1e-9)
     assert "turns went through" in how
+
+
+def test_a_run_only_at_large_batches_never_gets_a_batch_1_step_below_the_slope():
+    # Steps of 0.5 ms at batch 12 and 4.5 ms at 16 (1 ms a sequence), the only batches
+    # seen, extrapolate to -10.5 ms at batch 1 unconstrained (the old fit raised); batching cannot make one more sequence cost more
+    # than a sequence alone, so the fit is the least-squares line with base >= slope:
+    # through the origin here: slope = sum(x y) / sum(x x) over every session's turns
+    # (x = tokens * k, y = their seconds)
+    turns = [(10 + 5 * t + j, k) for j, k in enumerate((12, 16)) for t in range(3) for _ in range(k)]
+    x = np.array([out * k for out, k in turns], float)
+    y = np.array([out * (-0.0105 + 0.001 * (k - 1)) for out, k in turns])
+    slope = float((x * y).sum() / (x * x).sum())
+    engine, _ = fit_engine(synthetic_episodes(-0.0105, 0.001, batches=(12, 16)), concurrency=16)
+    assert engine["curve"]["step_s"] == pytest.approx([slope, 16 * slope], rel=1e-9)
+
+
+def test_a_run_only_at_batch_1_gets_a_flat_curve():
+    # no batching cost was seen, so none is predicted (the curve is not made proportional)
+    engine, _ = fit_engine(synthetic_episodes(0.004, 0.0015, batches=(1, 1, 1)), concurrency=1)
+    assert engine["curve"]["step_s"] == pytest.approx([0.004, 0.004], rel=1e-9)
 
 
 def test_without_per_turn_records_the_curve_is_flat_at_the_runs_rate():
