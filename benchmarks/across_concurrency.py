@@ -71,7 +71,9 @@ def main() -> None:
         for run, m in meas.items():
             if run == fit:
                 continue
-            row = {"fit C": meas[fit]["concurrency"] if fit in meas else measured(fit)["concurrency"]}
+            row = {
+                "fit C": meas[fit]["concurrency"] if fit in meas else measured(fit)["concurrency"]
+            }
             row |= {"C": m["concurrency"], "measured": m["results_per_hour"]}
             row |= {"noise (1 SE)": m["rel_se"], "idle measured": m["idle"]}
             for how in ("cpu", "turns", "empirical"):

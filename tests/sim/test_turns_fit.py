@@ -69,7 +69,9 @@ def test_a_run_only_at_large_batches_never_gets_a_batch_1_step_below_the_slope()
     # than a sequence alone, so the fit is the least-squares line with base >= slope:
     # through the origin here: slope = sum(x y) / sum(x x) over every session's turns
     # (x = tokens * k, y = their seconds)
-    turns = [(10 + 5 * t + j, k) for j, k in enumerate((12, 16)) for t in range(3) for _ in range(k)]
+    turns = [
+        (10 + 5 * t + j, k) for j, k in enumerate((12, 16)) for t in range(3) for _ in range(k)
+    ]
     x = np.array([out * k for out, k in turns], float)
     y = np.array([out * (-0.0105 + 0.001 * (k - 1)) for out, k in turns])
     slope = float((x * y).sum() / (x * x).sum())
