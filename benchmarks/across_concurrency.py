@@ -35,6 +35,7 @@ def measured(run: Path) -> dict:
     rel_se = span.std(ddof=1) / span.mean() / math.sqrt(len(span)) if len(span) > 1 else math.nan
     return {
         "concurrency": int(meta["config"]["concurrency"]),
+        "workers": int(meta["config"]["workers"]),
         "jobs": len(span),
         "results_per_hour": float(summary["results_per_hour"]),
         "rel_se": float(rel_se),
@@ -42,18 +43,46 @@ def measured(run: Path) -> dict:
     }
 
 
-def predicted(fit: Path, c: int, how: str, cores: float, seeds: int, updates: int) -> dict:
-    sets = [f"updates={updates}"]
+def predicted(
+    fit: Path, sets: list[str], how: str, cores: float | None, seeds: int, updates: int
+) -> dict:
+    """Mean results per hour and idle fraction of ``seeds`` simulations of the run ``fit``
+    with ``sets``: ``how`` is ``cpu`` (the turn model with ``job.cpu`` of ``cores``),
+    ``turns`` (without) or ``empirical`` (the run's job durations: ``job.*`` sets dropped,
+    as they cannot change them)."""
+    sets = [f"updates={updates}", *sets]
     if how == "empirical":
+        sets = [s for s in sets if not s.startswith("job.")]
         scenario = scenario_from_run(fit, sets, "empirical")
     else:
-        sets.append(f"job.concurrency={c}")
+        if how != "cpu":
+            sets = [s for s in sets if not s.startswith("job.cpu")]
         scenario = scenario_from_run(fit, sets, "turns", cores=cores if how == "cpu" else None)
     rows = [summarize(simulate(scenario.model_copy(update={"seed": s}))) for s in range(seeds)]
     return {
         "results_per_hour": float(np.mean([r["results_per_hour"] for r in rows])),
         "idle": float(np.mean([r["worker_idle_fraction"] for r in rows])),
     }
+
+
+def compare(row: dict, fit: Path, sets: list[str], cores: float, seeds: int, m: dict) -> dict:
+    """``row`` with each way's prediction of the measured ``m``, its error and idle."""
+    updates = json.loads((fit / "summary.json").read_text())["updates"]
+    for how in ("cpu", "turns", "empirical"):
+        pr = predicted(fit, sets, how, cores, seeds, updates)
+        row[how] = pr["results_per_hour"]
+        row[f"{how} error"] = pr["results_per_hour"] / m["results_per_hour"] - 1
+        row[f"{how} idle"] = pr["idle"]
+    return row
+
+
+def show(rows: list[dict], as_json: bool) -> None:
+    table = pd.DataFrame(rows)
+    if as_json:
+        print(table.to_json(orient="records"))
+    else:
+        with pd.option_context("display.width", 200, "display.float_format", "{:.3g}".format):
+            print(table.to_string(index=False))
 
 
 def main() -> None:
@@ -67,27 +96,15 @@ def main() -> None:
     meas = {run: measured(run) for run in args.runs}
     rows = []
     for fit in args.fit or args.runs:
-        updates = json.loads((fit / "summary.json").read_text())["updates"]
+        fit_c = meas[fit]["concurrency"] if fit in meas else measured(fit)["concurrency"]
         for run, m in meas.items():
             if run == fit:
                 continue
-            row = {
-                "fit C": meas[fit]["concurrency"] if fit in meas else measured(fit)["concurrency"]
-            }
-            row |= {"C": m["concurrency"], "measured": m["results_per_hour"]}
+            row = {"fit C": fit_c, "C": m["concurrency"], "measured": m["results_per_hour"]}
             row |= {"noise (1 SE)": m["rel_se"], "idle measured": m["idle"]}
-            for how in ("cpu", "turns", "empirical"):
-                pr = predicted(fit, m["concurrency"], how, args.cores, args.seeds, updates)
-                row[how] = pr["results_per_hour"]
-                row[f"{how} error"] = pr["results_per_hour"] / m["results_per_hour"] - 1
-                row[f"{how} idle"] = pr["idle"]
-            rows.append(row)
-    table = pd.DataFrame(rows)
-    if args.json:
-        print(table.to_json(orient="records"))
-    else:
-        with pd.option_context("display.width", 200, "display.float_format", "{:.3g}".format):
-            print(table.to_string(index=False))
+            sets = [f"job.concurrency={m['concurrency']}"]
+            rows.append(compare(row, fit, sets, args.cores, args.seeds, m))
+    show(rows, args.json)
 
 
 if __name__ == "__main__":
