@@ -101,12 +101,13 @@ def fit_engine(eps: pd.DataFrame, concurrency: int) -> tuple[dict[str, Any], str
 
     With per-turn records: two points, batch 1 and ``concurrency`` (linear beyond), by
     least squares of each turn's generation seconds on ``tokens_out * (a + s * (batch -
-    1))`` with ``0 <= s <= a`` (:func:`_batch_fit`). Without them the batch each generation saw is unknown (a run at one
-    concurrency has its sessions generate in step), so the slope cannot be told from the
-    rate: the curve is flat at the run's mean seconds per reply token, which reproduces
-    the run at its own concurrency and predicts no batching cost elsewhere. Either way the
-    prefill stays in the decode rate: within a run the prompt a reply token comes with
-    barely changes, so the two are not told apart.
+    1))`` with ``0 <= s <= a`` (:func:`_batch_fit`). Without them the batch each
+    generation saw is unknown (a run at one concurrency has its sessions generate in
+    step), so the slope cannot be told from the rate: the curve is flat at the run's mean
+    seconds per reply token, which reproduces the run at its own concurrency and predicts
+    no batching cost elsewhere. Either way the prefill stays in the decode rate: within a
+    run the prompt a reply token comes with barely changes, so the two are not told
+    apart.
     """
     top = max(2, int(concurrency))
     if per_turn(eps):
