@@ -65,10 +65,10 @@ def test_the_curve_is_recovered_from_the_batches_the_turns_went_through():
 
 def test_a_run_only_at_large_batches_never_gets_a_batch_1_step_below_the_slope():
     # Steps of 0.5 ms at batch 12 and 4.5 ms at 16 (1 ms a sequence), the only batches
-    # seen, extrapolate to -10.5 ms at batch 1 unconstrained (the old fit raised); batching cannot make one more sequence cost more
-    # than a sequence alone, so the fit is the least-squares line with base >= slope:
-    # through the origin here: slope = sum(x y) / sum(x x) over every session's turns
-    # (x = tokens * k, y = their seconds)
+    # seen, extrapolate to -10.5 ms at batch 1 unconstrained (the old fit raised).
+    # Batching cannot make one more sequence cost more than a sequence alone, so the fit
+    # is the least-squares line with base >= slope, through the origin here: slope =
+    # sum(x y) / sum(x x) over every session's turns (x = tokens * k, y = their seconds)
     turns = [
         (10 + 5 * t + j, k) for j, k in enumerate((12, 16)) for t in range(3) for _ in range(k)
     ]
