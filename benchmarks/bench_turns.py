@@ -4,9 +4,9 @@
 (configs/sim/paper_turns.yaml: a roofline engine), its turns drawn so that sessions
 desynchronise as real ones do (about 8 turns of about 600 tokens, commands of about 1.6 s;
 identical turns would end together and cost far fewer steps). The turn model runs twice:
-its numpy steps (STALENESS_SIM_NO_NUMBA=1, what runs without numba) and its compiled steps
-(numba, the ``fast`` extra), after a first call that compiles the kernels or loads them
-from numba's cache (timed apart). Each ratio is from one run of each, on whatever machine
+its numpy lockstep (STALENESS_SIM_NO_NUMBA=1, what runs without numba) and its compiled
+event loop (numba, the ``fast`` extra), after a first call that compiles the kernel or
+loads it from numba's cache (timed apart). Each ratio is from one run of each, on whatever machine
 runs it; the target is at most 10x.
 
     python benchmarks/bench_turns.py [--json]
@@ -31,7 +31,7 @@ from staleness_sim.cohort import engine  # noqa: E402
 from staleness_sim.config import validate  # noqa: E402
 from staleness_sim.core.settings import scenario_dict  # noqa: E402
 from staleness_sim.durations import make_job  # noqa: E402
-from staleness_sim.durations.turn_kernel import compiled_steps  # noqa: E402
+from staleness_sim.durations.turn_kernel import compiled_jobs  # noqa: E402
 
 CONFIGS = {
     "episodes": ROOT / "configs" / "sim" / "paper_async1.yaml",
@@ -62,10 +62,10 @@ def timed(path: Path) -> tuple[float, float, dict]:
 
 
 def first_call() -> float | None:
-    """Seconds of the first compiled step in this process (numba compiles the kernels, or
-    loads them from its cache); None where the compiled steps do not run."""
+    """Seconds of the first compiled job in this process (numba compiles the kernel, or
+    loads it from its cache); None where the compiled loop does not run."""
     job = make_job(load_scenario(CONFIGS["turns"]).job)
-    if compiled_steps(job.engine, 2, np.inf, 1, 2) is None:
+    if compiled_jobs(job.engine, 2, np.inf, 2) is None:
         return None
     t0 = time.perf_counter()
     job._simulate(np.random.default_rng(0), 1)

@@ -1,21 +1,72 @@
-"""One lockstep step of the turn model (:mod:`staleness_sim.durations.turns`) over a block of
-jobs, in numpy: the block's state (:class:`Block`) and the two halves of a step.
+"""The turn model (:mod:`staleness_sim.durations.turns`) in numpy: a block of jobs simulated
+in lockstep (:func:`simulate_numpy`), one event per job per step, from their episodes drawn
+beforehand (:class:`Episodes`). The compiled :mod:`~staleness_sim.durations.turn_kernel`
+runs each job's whole event loop instead, with the same arithmetic in the same order, so
+the two give the same jobs to the bit.
 
-A step handles exactly one event per job (the job's next decode end, timed end or
-deadline). It comes in two halves around the random draws, which the caller makes in
-between, in the same order whatever runs the halves (so this and the compiled
-:mod:`~staleness_sim.durations.turn_kernel` give the same jobs from the same stream):
+A step comes in two halves:
 
-- ``events``: advance every job to its next event and apply what needs no draw; list the
-  decodes that ended (``ended``, in job order), those of them with a turn to come
-  (``more``), and the sessions that start their job's next episode (``starts``, with the
-  episode's number in its job);
-- ``apply``: the draws for them (commands, next turns, new episodes) go in.
+- ``events``: advance every job to its next event (its next decode end, timed end or
+  deadline) and apply what needs no drawn value; list the decodes that ended (``ended``,
+  in job order), those of them with a turn to come (``more``), and the sessions that
+  start their job's next episode (``starts``, with the episode's number in its job);
+- ``apply``: their drawn values (commands, next turns, new episodes) go in.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
+
+
+class Episodes(NamedTuple):
+    """The episodes of a block of jobs, drawn before it is simulated: episode ``e`` of job
+    ``j`` is at ``j * D + e`` in ``turns``, ``start``, ``end`` and ``first`` (where its
+    turns begin in ``prompt``, ``reply`` and ``command``, one value per turn). Drawing
+    them by episode, not as the simulation reaches them, makes the values a job gets
+    independent of the order its events are handled in."""
+
+    turns: np.ndarray  # int64
+    start: np.ndarray
+    end: np.ndarray
+    first: np.ndarray  # int64
+    prompt: np.ndarray
+    reply: np.ndarray
+    command: np.ndarray
+
+    @classmethod
+    def of(cls, turns, start, end, prompt, reply, command) -> Episodes:
+        turns = np.ascontiguousarray(turns, dtype=np.int64)
+        first = np.zeros(len(turns), np.int64)
+        np.cumsum(turns[:-1], out=first[1:])
+        return cls(turns, *(np.ascontiguousarray(x, np.float64) for x in (start, end)), first,
+                   *(np.ascontiguousarray(x, np.float64) for x in (prompt, reply, command)))  # fmt: skip
+
+
+def simulate_numpy(engine, episodes: int, timeout: float, eps: Episodes, n: int, c: int):
+    """``(t, timed, decoding)`` of ``n`` jobs of ``episodes`` episodes over ``c`` sessions
+    (at most ``episodes``): their makespans and the two integrals of :class:`Block`."""
+    b, steps = Block(n, c), NumpySteps(engine, episodes, timeout)
+    at = np.zeros(n * c, np.int64)  # each session's turn in eps' turn arrays
+    ended = more = np.zeros(0, np.int64)
+    starts, numbers = np.arange(n * c), np.tile(np.arange(c), n)
+    while True:
+        cmd = turn = episode = first = None
+        if len(ended):  # this turn's command, then the next turn's prefill or the end
+            cmd = eps.command[at[ended]]
+            at[more] += 1
+            turn = eps.prompt[at[more]], eps.reply[at[more]]
+        if len(starts):  # an episode's start, then turn 0's prefill
+            e = starts // c * episodes + numbers
+            at[starts] = eps.first[e]
+            episode = eps.turns[e], eps.start[e], eps.end[e]
+            first = eps.prompt[at[starts]], eps.reply[at[starts]]
+        steps.apply(b, ended, more, starts, cmd, turn, episode, first)
+        if not b.busy.any():
+            return b.t, b.timed, b.decoding
+        ended, more, starts, numbers = steps.events(b)
+
 
 # Columns of a session's record in Block.f (the counts too: exact as floats).
 DEADLINE, CTX, END_S, PROMPT, REPLY, SEG, NTURNS, DEC = range(8)
@@ -27,8 +78,7 @@ class Block:
     Per session: ``when`` (a timed part: min(its end, deadline); decoding: the deadline),
     ``target`` (decoding: the virtual token count at which it ends), ``deadline``, ``ctx``
     (the context it holds while decoding: prompt + half reply), ``end_s``, ``prompt``,
-    ``reply``, ``seg`` (the turn it is in), ``nturns``, ``row`` (its episode's table
-    row), ``dec`` (1 while decoding). Per job: ``t``, ``virt`` (tokens a sequence in the
+    ``reply``, ``seg`` (the turn it is in), ``nturns``, ``dec`` (1 while decoding). Per job: ``t``, ``virt`` (tokens a sequence in the
     batch has decoded since time 0), ``held`` (the context the batch holds), ``batch``
     (sessions decoding), ``assigned`` (episodes started), ``busy`` (sessions with an
     episode), and two integrals over time for the CPU a job's parts share (``job.cpu``):
@@ -36,17 +86,13 @@ class Block:
     time the batch is not empty).
 
     ``when`` and ``target`` are searched job by job, so each is one array; a session's
-    other fields but ``row`` are one record (a row of ``f``, one 64-byte cache line), so
-    that handling an event touches one line, not seven (a block of 4,096 jobs of 32
-    sessions is larger than the cache; measured: the compiled ``apply`` takes 30 us a
-    step instead of 40 to 55). The named fields are views.
+    other fields are one record (a row of ``f``); the named fields are views.
     """
 
     def __init__(self, n: int, c: int) -> None:
         self.n, self.c = n, c
         self.when, self.target = np.full(n * c, np.inf), np.full(n * c, np.inf)
-        self.f = _on_lines((n * c, 8))
-        self.row = np.zeros(n * c, np.int64)
+        self.f = np.zeros((n * c, 8))
         self.fj = np.zeros((5, n))
         self.ij = np.zeros((3, n), np.int64)
         self.deadline, self.ctx, self.end_s, self.prompt, self.reply = self.f.T[:5]
@@ -55,14 +101,6 @@ class Block:
         self.batch, self.assigned, self.busy = self.ij
         self.deadline[:] = np.inf
         self.assigned[:] = self.busy[:] = c
-
-
-def _on_lines(shape: tuple[int, int]) -> np.ndarray:
-    """Float zeros whose rows start on 64-byte cache lines."""
-    size = shape[0] * shape[1] * 8
-    raw = np.zeros(size + 64, np.uint8)
-    skip = -raw.ctypes.data % 64
-    return raw[skip : skip + size].view(np.float64).reshape(shape)
 
 
 class NumpySteps:
@@ -126,7 +164,7 @@ class NumpySteps:
 
     def apply(self, b: Block, ended, more, starts, cmd, turn, episode, first) -> None:
         """The draws go in: ``cmd`` for ``ended``, ``turn`` (prompt, reply) for ``more``,
-        ``episode`` (turns, start, end, row) and its ``first`` turn for ``starts``."""
+        ``episode`` (turns, start, end) and its ``first`` turn for ``starts``."""
         c, prefill = b.c, self.prefill
         if len(ended):
             b.prompt[more], b.reply[more] = turn
@@ -136,9 +174,9 @@ class NumpySteps:
             )
             b.when[ended] = np.minimum(b.t[ended // c] + cmd + tail, b.deadline[ended])
         if len(starts):  # their start, then turn 0's prefill
-            turns, start, end, row = episode
+            turns, start, end = episode
             now = b.t[starts // c]
-            b.nturns[starts], b.end_s[starts], b.row[starts], b.seg[starts] = turns, end, row, 0
+            b.nturns[starts], b.end_s[starts], b.seg[starts] = turns, end, 0
             b.prompt[starts], b.reply[starts] = first
             b.deadline[starts] = now + self.timeout
             b.when[starts] = np.minimum(now + start + prefill * first[0], b.deadline[starts])

@@ -17,9 +17,10 @@ its own sizes) or resampled jointly from a ``table`` of measured episodes (one r
 episode: its turns, its mean prompt and reply tokens and command seconds per turn, its
 start and end seconds), which keeps the correlation between turn count and lengths.
 
-Each job is simulated exactly; jobs run in lockstep over a block of jobs and their sessions,
-one event per job per step, so the cost grows with turn boundaries. A step runs compiled
-where numba imports (the ``fast`` extra), in numpy otherwise, with the same results.
+Each job is simulated exactly, event by event, so the cost grows with turn boundaries. A
+block of jobs' episodes is drawn first, part by part; then each job's event loop runs
+compiled where numba imports (the ``fast`` extra), or the block's jobs run in a numpy
+lockstep otherwise, with the same results.
 """
 
 from __future__ import annotations
@@ -32,16 +33,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from staleness_sim.durations.engine_model import Engine
 from staleness_sim.durations.models import make_duration
 from staleness_sim.durations.specs import DurationSpec
-from staleness_sim.durations.turn_kernel import compiled_steps
-from staleness_sim.durations.turn_steps import Block, NumpySteps
+from staleness_sim.durations.turn_kernel import compiled_jobs
+from staleness_sim.durations.turn_steps import Episodes, simulate_numpy
 
-# Jobs simulated in lockstep at once, ahead, up to _BLOCK at a time, and handed out in
-# order. A step costs a fixed overhead plus a pass over the sessions: big blocks amortise
-# the overhead, small ones keep the sessions in cache. Measured on the published run:
-# compiled steps 2.1 s at 1,024 jobs, 2.2 s at 512 or 2,048, 2.45 s at 4,096; the numpy
-# steps take the same 4.5 s at 1,024 and 4,096.
+# Jobs simulated ahead, up to _BLOCK at a time (their episodes drawn together), and handed
+# out in order. The numpy lockstep's fixed cost per step is shared by a block's jobs; the
+# compiled loop runs one job at a time and does not care. Measured on the published run:
+# numpy 5.3 s at 1,024 jobs, 6.0 s at 256; compiled 1.1 s at both. A block's drawn
+# episodes take about 60 MB at 1,024 jobs of 256 episodes of 9 turns.
 _BLOCK = 1024
-_CHUNK = 1 << 16  # draws of one part made at once (see _Pool)
 _STREAMS = 32  # generators whose jobs simulated ahead are kept
 
 
@@ -159,29 +159,21 @@ class _Table:
                 np.asarray(t.job)[order], return_index=True, return_counts=True
             )
             self.groups, self.first, self.size = order, first, size
-        self.chosen = np.zeros(0, np.int64)
 
-    def new_block(self, rng: np.random.Generator, n: int) -> None:
-        """A new block of ``n`` jobs: each draws the measured job it replays."""
+    def block(self, rng: np.random.Generator, n: int, d: int) -> Episodes:
+        """The ``d`` episodes of each of ``n`` jobs (by measured job: each job draws the
+        measured job it replays, and its episodes cycle through that job's)."""
+        number = np.tile(np.arange(d), n)
         if self.groups is not None:
-            self.chosen = rng.integers(0, len(self.size), n)
-
-    def episodes(self, rng: np.random.Generator, number: np.ndarray, jobs: np.ndarray):
-        n = len(self.turns)
-        if self.groups is not None:
-            g = self.chosen[jobs]
+            g = np.repeat(rng.integers(0, len(self.size), n), d)
             row = self.groups[self.first[g] + number % self.size[g]]
         elif self.cycle:
-            row = number % n
+            row = number % len(self.turns)
         else:
-            row = rng.integers(0, n, len(number))
-        return self.turns[row], self.start[row], self.end[row], row
-
-    def turn(self, rng: np.random.Generator, row: np.ndarray):
-        return self.prompt[row], self.reply[row]
-
-    def commands(self, rng: np.random.Generator, row: np.ndarray):
-        return self.command[row]
+            row = rng.integers(0, len(self.turns), n * d)
+        turns = self.turns[row]
+        per_turn = (np.repeat(x[row], turns) for x in (self.prompt, self.reply, self.command))
+        return Episodes.of(turns, self.start[row], self.end[row], *per_turn)
 
     def describe(self) -> str:
         if self.groups is not None:
@@ -192,60 +184,31 @@ class _Table:
         return f"{len(self.turns)} measured episodes {how}"
 
 
-class _Pool:
-    """One part's draws, taken in order from chunks of ``_CHUNK`` drawn ahead: a step asks
-    for a few hundred values, and one numpy call per step and part cost more than the
-    values themselves (measured: 0.68 s of the published run's 2.1 s, 0.4 s pooled)."""
-
-    def __init__(self, model, rng: np.random.Generator) -> None:
-        self.model, self.rng = model, rng
-        self.buf, self.at = np.empty(0), 0
-
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        if self.at + n > len(self.buf):
-            fresh = self.model.sample(self.rng, max(_CHUNK, n))
-            self.buf, self.at = np.concatenate([self.buf[self.at :], fresh]), 0
-        self.at += n
-        return self.buf[self.at - n : self.at]
-
-
 class _Drawn:
-    """Every part drawn from its own distribution (a turn draws its own sizes). Each part
-    draws from a pool filled in chunks, anew for every block of jobs."""
+    """Every part drawn from its own distribution (a turn draws its own sizes)."""
 
     def __init__(self, s: TurnsSpec) -> None:
-        self.models = {
-            "count": make_duration(s.count),
-            "prompt": make_duration(s.prompt_tokens),
-            "reply": make_duration(s.reply_tokens),
-            "command": make_duration(s.command_s),
-            "start": make_duration(s.start_s) if s.start_s is not None else None,
-            "end": make_duration(s.end_s) if s.end_s is not None else None,
-        }
-        self.new_block(np.random.default_rng(0), 0)
+        self.count = make_duration(s.count)
+        self.start = make_duration(s.start_s) if s.start_s is not None else None
+        self.end = make_duration(s.end_s) if s.end_s is not None else None
+        self.per_turn = [make_duration(x) for x in (s.prompt_tokens, s.reply_tokens, s.command_s)]
 
-    def new_block(self, rng: np.random.Generator, n: int) -> None:
-        for name, model in self.models.items():
-            setattr(self, name, _Pool(model, rng) if model is not None else None)
-
-    def episodes(self, rng: np.random.Generator, number: np.ndarray, jobs: np.ndarray):
-        n = len(number)
-        turns = np.maximum(1, np.rint(self.count.sample(rng, n))).astype(np.int64)
-        start = self.start.sample(rng, n) if self.start is not None else np.zeros(n)
-        end = self.end.sample(rng, n) if self.end is not None else np.zeros(n)
-        return turns, start, end, np.zeros(n, np.int64)
-
-    def turn(self, rng: np.random.Generator, row: np.ndarray):
-        return self.prompt.sample(rng, len(row)), self.reply.sample(rng, len(row))
-
-    def commands(self, rng: np.random.Generator, row: np.ndarray):
-        return self.command.sample(rng, len(row))
+    def block(self, rng: np.random.Generator, n: int, d: int) -> Episodes:
+        """The ``d`` episodes of each of ``n`` jobs: every episode's count, start and end,
+        then every turn's prompt, reply and command, each part in one call."""
+        m = n * d
+        turns = np.maximum(1, np.rint(self.count.sample(rng, m))).astype(np.int64)
+        start, end = (
+            x.sample(rng, m) if x is not None else np.zeros(m) for x in (self.start, self.end)
+        )
+        total = int(turns.sum())
+        return Episodes.of(turns, start, end, *(x.sample(rng, total) for x in self.per_turn))
 
     def describe(self) -> str:
-        m = self.models
+        prompt, reply, command = (x.describe() for x in self.per_turn)
         return (
-            f"turns ~ {m['count'].describe()}, prompt ~ {m['prompt'].describe()}, reply ~ "
-            f"{m['reply'].describe()} tokens, command ~ {m['command'].describe()} s"
+            f"turns ~ {self.count.describe()}, prompt ~ {prompt}, reply ~ {reply} tokens, "
+            f"command ~ {command} s"
         )
 
 
@@ -299,31 +262,17 @@ class TurnJob:
         )
 
     def _simulate(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        """Makespans of ``n`` jobs, all simulated at once, in lockstep: a step handles
-        exactly one event per job (events at the same moment take several steps of zero
-        time, which changes nothing). A step's two halves run compiled where numba
-        imports (:mod:`~staleness_sim.durations.turn_kernel`), else in numpy
-        (:mod:`~staleness_sim.durations.turn_steps`); the draws between them are made
-        here, the same either way, so both give the same jobs from one stream."""
+        """Makespans of ``n`` jobs: their episodes drawn first (one call per part), then
+        each job simulated exactly, compiled job by job where numba imports
+        (:mod:`~staleness_sim.durations.turn_kernel`), else in a numpy lockstep over the
+        jobs (:mod:`~staleness_sim.durations.turn_steps`), with the same results."""
         c = min(self.concurrency, self.episodes)
-        src, block = self.source, Block(n, c)
-        steps = compiled_steps(self.engine, self.episodes, self.timeout, n, c)
-        if steps is None:
-            steps = NumpySteps(self.engine, self.episodes, self.timeout)
-        src.new_block(rng, n)
-        ended = more = np.zeros(0, np.int64)
-        starts, numbers = np.arange(n * c), np.tile(np.arange(c), n)
-        while True:
-            cmd = turn = episode = first = None
-            if len(ended):  # this turn's command, then the next turn's prefill or the end
-                cmd = src.commands(rng, block.row[ended])
-                turn = src.turn(rng, block.row[more])
-            if len(starts):  # an episode's start, then turn 0's prefill
-                episode = src.episodes(rng, numbers, starts // c)
-                first = src.turn(rng, episode[3])
-            steps.apply(block, ended, more, starts, cmd, turn, episode, first)
-            if not block.busy.any():
-                if self.cpu is None:
-                    return block.t
-                return block.t * self.cpu.slowdown(block.timed, block.decoding, block.t)
-            ended, more, starts, numbers = steps.events(block)
+        eps = self.source.block(rng, n, self.episodes)
+        simulate = compiled_jobs(self.engine, self.episodes, self.timeout, c)
+        if simulate is not None:
+            t, timed, decoding = simulate(eps, n)
+        else:
+            t, timed, decoding = simulate_numpy(self.engine, self.episodes, self.timeout, eps, n, c)
+        if self.cpu is None:
+            return t
+        return t * self.cpu.slowdown(timed, decoding, t)

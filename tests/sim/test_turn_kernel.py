@@ -12,7 +12,7 @@ import pytest
 
 from staleness_sim.cohort.config import validate_cohort
 from staleness_sim.durations import Engine, EngineSpec, make_job
-from staleness_sim.durations.turn_kernel import compiled_steps
+from staleness_sim.durations.turn_kernel import compiled_jobs
 
 pytest.importorskip("numba")
 
@@ -124,9 +124,9 @@ def test_compiled_steps_give_the_numpy_steps_jobs_to_the_bit(case, monkeypatch):
 
 def test_the_environment_variable_forces_the_numpy_steps(monkeypatch):
     engine = Engine(EngineSpec.model_validate({"curve": CURVE}))
-    assert compiled_steps(engine, 4, np.inf, 1, 2) is not None
+    assert compiled_jobs(engine, 4, np.inf, 2) is not None
     monkeypatch.setenv("STALENESS_SIM_NO_NUMBA", "1")
-    assert compiled_steps(engine, 4, np.inf, 1, 2) is None
+    assert compiled_jobs(engine, 4, np.inf, 2) is None
 
 
 @pytest.mark.parametrize(

@@ -298,15 +298,29 @@ def test_the_queue_pipeline_refuses_a_turn_model_job_in_one_line(tmp_path, capsy
     assert len(lines) == 1 and "turn-model job" in lines[0], lines
 
 
-def test_a_drawn_part_takes_its_models_stream_in_order_across_chunks(monkeypatch):
-    """The pool of draws changes only how often numpy is called: asked in pieces across
-    chunk boundaries, it gives the model's own stream, value for value."""
-    from staleness_sim.durations import turns
-    from staleness_sim.durations.models import Lognormal
+def test_drawn_episodes_take_each_parts_stream_in_order():
+    """A block's episodes are drawn before it is simulated, part by part, in one stream:
+    every episode's turn count, then every turn's prompt, reply and command; episode e
+    of job j holds turns first[j * D + e] onwards."""
+    from staleness_sim.durations.turns import TurnsSpec, _Drawn
 
-    monkeypatch.setattr(turns, "_CHUNK", 7)
-    model = Lognormal(np.log(3), 0.5)
-    pool = turns._Pool(model, np.random.default_rng(5))
-    pieces = [pool.sample(None, n) for n in (3, 5, 0, 9, 1, 20)]
-    expected = np.exp(np.log(3) + 0.5 * np.random.default_rng(5).standard_normal(38))
-    np.testing.assert_allclose(np.concatenate(pieces), expected, rtol=1e-15)
+    spec = TurnsSpec.model_validate(
+        {
+            "count": {"dist": "lognormal", "median": 3, "sigma": 0.7, "cap": 9},
+            "prompt_tokens": {"dist": "lognormal", "median": 100, "sigma": 0.5},
+            "reply_tokens": {"dist": "exponential", "mean": 20},
+            "command_s": {"dist": "constant", "value": 1.5},
+        }
+    )
+    eps = _Drawn(spec).block(np.random.default_rng(5), 3, 4)
+    rs = np.random.default_rng(5)
+    counts = np.maximum(1, np.rint(np.minimum(np.exp(np.log(3) + 0.7 * rs.standard_normal(12)), 9)))
+    np.testing.assert_array_equal(eps.turns, counts)
+    total = int(counts.sum())
+    np.testing.assert_allclose(
+        eps.prompt, 100 * np.exp(0.5 * rs.standard_normal(total)), rtol=1e-14
+    )
+    np.testing.assert_allclose(eps.reply, rs.exponential(20, total), rtol=1e-14)
+    np.testing.assert_array_equal(eps.command, np.full(total, 1.5))
+    np.testing.assert_array_equal(eps.first, np.concatenate([[0], np.cumsum(counts)[:-1]]))
+    np.testing.assert_array_equal(eps.start, np.zeros(12))
