@@ -30,7 +30,10 @@ def measured(run: Path) -> dict:
     summary = json.loads((run / "summary.json").read_text())
     meta = json.loads((run / "meta.json").read_text())
     jobs = pd.read_parquet(run / "jobs.parquet")
-    done = jobs[jobs["verdict"].notna() & jobs["end_time"].notna()]
+    # a job cancelled when the run ended stopped midway: its span is not a job's time
+    done = jobs[
+        jobs["verdict"].notna() & (jobs["verdict"] != "cancelled") & jobs["end_time"].notna()
+    ]
     span = (done["end_time"] - done["start_time"]).to_numpy(float)
     rel_se = span.std(ddof=1) / span.mean() / math.sqrt(len(span)) if len(span) > 1 else math.nan
     return {

@@ -9,7 +9,8 @@ the running batch at the next token. The same seeds give the same replies in bot
 (checked), so the ratio is of speed alone. A third run adds ``model.prefix_reuse`` to
 continuous batching (a turn reuses the states of its session's previous turn); reused
 states equal recomputed ones to rounding only, so its replies are compared, not required
-to match.
+to match. ``continuous_cores`` is the process's CPU seconds over the wall seconds of the
+continuous run: the cores the engine keeps busy (the session threads only wait).
 
 Usage: python benchmarks/bench_batching.py [--sessions 8 32] [--turns 4] [--tokens 64]
        [--command-ms 20] [--instruction-words 0] [--model DIR] [--device cpu] [--json]
@@ -65,18 +66,20 @@ def run_sessions(
         batcher.close_session()
 
     threads = [threading.Thread(target=session, args=(i,)) for i in range(sessions)]
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    cores = (time.process_time() - cpu0) / wall  # every thread of this process: the engine's
     batcher.close()
     return {
         "wall_s": wall,
         "tokens": sum(tokens),
         "tokens_per_s": sum(tokens) / wall,
         "wait_per_turn_ms": 1000 * sum(waited) / (sessions * turns),
+        "cores": cores,
         "texts": texts,
     }
 
@@ -137,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                     "speedup": round(cont["tokens_per_s"] / turn["tokens_per_s"], 3),
                     "turn_wait_ms": round(turn["wait_per_turn_ms"], 1),
                     "continuous_wait_ms": round(cont["wait_per_turn_ms"], 1),
+                    "continuous_cores": round(cont["cores"], 2),
                     "reuse_tok_s": round(reuse["tokens_per_s"], 1),
                     "reuse_vs_continuous": round(reuse["tokens_per_s"] / cont["tokens_per_s"], 3),
                     "reuse_same_replies": round(sum(a == b for a, b in pairs) / len(pairs), 3),

@@ -116,11 +116,11 @@ class CpuShare(BaseModel):
     engine compete for a few cores): ``cores`` CPUs, every session in a timed part (a
     command, a sandbox start, a verifier, a prefill) wanting one and the engine
     ``engine_demand`` while it decodes (default: all ``cores``, as a CPU engine runs one
-    thread per core, torch's default, and its threads spin while they wait). A job's
-    parts then all slow by ``max(1, demand / cores)``, ``demand`` being the job's mean of
-    that want over its makespan (a mean field per job: the simulated job's own
-    occupancy, which uniform slowing leaves unchanged). The turn and engine times are
-    then uncontended times."""
+    thread per core, torch's default; measured alone it keeps 1.1 to 1.7 of 2 busy, see
+    docs/turns.md). A job's parts then all slow by ``max(1, demand / cores)``, ``demand``
+    being the job's mean of that want over its makespan (a mean field per job: the
+    simulated job's own occupancy, which uniform slowing leaves unchanged). The turn and
+    engine times are then uncontended times."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
