@@ -1,43 +1,59 @@
 #!/usr/bin/env bash
-# Make the measured runs across sessions per worker committed in
-# examples/runs/across_concurrency/ (about 50 minutes on 2 cores; run nothing else meanwhile:
-# their speed is what they measure).
+# Make the measured runs across sessions per worker committed in examples/runs/ (about 5
+# minutes a run on 2 cores; run nothing else meanwhile: their speed is what they measure).
 #
-#   bash scripts/make_concurrency_runs.sh [WORK_DIR]
+#   bash scripts/make_concurrency_runs.sh [WORK_DIR [DEST [NAME ...]]]
 #
-# Five runs of configs/runner/cpu_tiny.yaml that differ only in concurrency C = 1, 2, 4, 8,
-# 16, and a sixth at C = 4 with G = 2 workers (G2C4; benchmarks/across_workers.py): a 6-layer, hidden-384 random model (`es-runner model make-tiny`, the same weights
-# every time), 64-token replies, G = 1 worker, 16 episodes a job, cohort 4, 3 updates
-# (12 jobs, 192 episodes), 80 generated tasks, real containers. docs/turns.md ("Across
-# concurrency") predicts each from another: python benchmarks/across_concurrency.py
-# examples/runs/across_concurrency/C{1,2,4,8,16} --fit examples/runs/across_concurrency/C4
+# Runs of configs/runner/cpu_tiny.yaml that differ only in concurrency and workers: NAME
+# C<k> is C = k with G = 1 (a letter after it marks a repeat: C4b), G<g>C<k> is G = g
+# workers at C = k. Every run: a 6-layer, hidden-384 random model (`es-runner model
+# make-tiny`, the same weights every time), 64-token replies, 16 episodes a job, cohort 4,
+# 3 updates (12 jobs, 192 episodes), 80 generated tasks, real containers. The defaults
+# make examples/runs/across_concurrency (C4 C1 C2 C8 C16 G2C4); the second set, made in
+# one later sitting (the machine's speed had changed between the two):
+#   bash scripts/make_concurrency_runs.sh runs/concurrency2 examples/runs/across_concurrency_2 \
+#     C4b C3 C6 C12 C1 C8 C2 C16 G2C4 C4c
+# docs/turns.md ("Across concurrency") predicts each from another, e.g.
+#   python benchmarks/across_concurrency.py examples/runs/across_concurrency/C{1,2,4,8,16} \
+#     --fit examples/runs/across_concurrency/C4
 # The full run directories stay in WORK_DIR (default runs/concurrency); the copies get the
 # trace, the per-episode and per-turn records and the config, not transcripts or tasks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work="${1:-runs/concurrency}"
+dest_root="${2:-examples/runs/across_concurrency}"
+shift $(($# < 2 ? $# : 2))
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=(C4 C1 C2 C8 C16 G2C4)
+for name in "${names[@]}"; do  # every name checked before any run starts
+  [[ "$name" =~ ^(G[0-9]+)?C[0-9]+[a-z]?$ && ! "$name" =~ ^G.*[a-z]$ ]] || {
+    echo "make_concurrency_runs: $name is neither C<k>[letter] nor G<g>C<k>" >&2
+    exit 2
+  }
+done
 mkdir -p "$work"
 [ -f models/m6/config.json ] || es-runner model make-tiny --layers 6 --hidden 384 models/m6
 
-for name in C4 C1 C2 C8 C16 G2C4; do  # C4 again with G = 2 workers: G2C4
-  c=${name#C}; g=1
-  [ "$name" = G2C4 ] && c=4 && g=2
+for name in "${names[@]}"; do
+  g=1
+  [[ "$name" =~ ^G([0-9]+) ]] && g=${BASH_REMATCH[1]}
+  [[ "$name" =~ C([0-9]+) ]] && c=${BASH_REMATCH[1]}
   run="$work/$name"
   if tail -n 1 "$run/journal.jsonl" 2>/dev/null | grep -q '"reason":"run ended"'; then
     echo "== $name: already finished in $run"
   else
-    echo "== $name"
+    echo "== $name (C = $c, G = $g)"
     rm -rf "$run"
     es-runner train configs/runner/cpu_tiny.yaml --out "$run" --no-progress \
       --set model.path=models/m6 --set sampling.max_new_tokens=64 --set workers="$g" \
       --set episodes_per_job=16 --set concurrency="$c" --set cohort=4 --set updates=3 \
       --set eval_every=0 --set 'tasks.generate={n: 80, seed: 0}'
   fi
-  dest="examples/runs/across_concurrency/$name"
+  dest="$dest_root/$name"
   rm -rf "$dest"
   mkdir -p "$dest"
   cp "$run"/{config.yaml,meta.json,summary.json,jobs.parquet,updates.parquet,workers.parquet,episodes.parquet,tasks_skipped.json} "$dest/"
   # the model by its repository-relative path, not this machine's
   sed -i "s#$PWD/models/m6#models/m6#g" "$dest/config.yaml" "$dest/meta.json"
 done
-echo "examples/runs/across_concurrency/: $(du -sh examples/runs/across_concurrency | cut -f1)"
+echo "$dest_root/: $(du -sh "$dest_root" | cut -f1)"

@@ -141,8 +141,8 @@ def _put(x, gmin, gat, s, v, ng):
 
 
 def _lower(x, gmin, gat, s, v, least):
-    """``x[s] = v`` where ``x[s]`` only goes down (or ``least`` is ``s``... not needed):
-    the first index of the least of ``x`` is ``least`` or ``s``."""
+    """``x[s] = v`` where ``x[s]`` only goes down, ``least`` being the first index of the
+    least of ``x`` before: it is ``least`` or ``s`` after (no search)."""
     x[s] = v
     _regroup(x, gmin, gat, s >> 2)
     return s if v < x[least] or (v == x[least] and s < least) else least

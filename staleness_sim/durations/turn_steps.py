@@ -37,11 +37,14 @@ class Episodes(NamedTuple):
 
     @classmethod
     def of(cls, turns, start, end, prompt, reply, command) -> Episodes:
+        """From each episode's ``turns``, ``start`` and ``end`` and each turn's values."""
         turns = np.ascontiguousarray(turns, dtype=np.int64)
         first = np.zeros(len(turns), np.int64)
         np.cumsum(turns[:-1], out=first[1:])
-        return cls(turns, *(np.ascontiguousarray(x, np.float64) for x in (start, end)), first,
-                   *(np.ascontiguousarray(x, np.float64) for x in (prompt, reply, command)))  # fmt: skip
+        start, end, prompt, reply, command = (
+            np.ascontiguousarray(x, np.float64) for x in (start, end, prompt, reply, command)
+        )
+        return cls(turns, start, end, first, prompt, reply, command)
 
 
 def simulate_numpy(engine, episodes: int, timeout: float, eps: Episodes, n: int, c: int):
@@ -78,10 +81,11 @@ class Block:
     Per session: ``when`` (a timed part: min(its end, deadline); decoding: the deadline),
     ``target`` (decoding: the virtual token count at which it ends), ``deadline``, ``ctx``
     (the context it holds while decoding: prompt + half reply), ``end_s``, ``prompt``,
-    ``reply``, ``seg`` (the turn it is in), ``nturns``, ``dec`` (1 while decoding). Per job: ``t``, ``virt`` (tokens a sequence in the
-    batch has decoded since time 0), ``held`` (the context the batch holds), ``batch``
-    (sessions decoding), ``assigned`` (episodes started), ``busy`` (sessions with an
-    episode), and two integrals over time for the CPU a job's parts share (``job.cpu``):
+    ``reply``, ``seg`` (the turn it is in), ``nturns``, ``dec`` (1 while decoding). Per
+    job: ``t``, ``virt`` (tokens a sequence in the batch has decoded since time 0),
+    ``held`` (the context the batch holds), ``batch`` (sessions decoding), ``assigned``
+    (episodes started), ``busy`` (sessions with an episode), and two integrals over time
+    for the CPU a job's parts share (``job.cpu``):
     ``timed`` (of the sessions in a timed part: busy less batch) and ``decoding`` (of the
     time the batch is not empty).
 
