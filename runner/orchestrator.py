@@ -37,6 +37,7 @@ from runner.config import RunConfig, portable_path, portable_paths
 from runner.errors import RunFailed
 from runner.es import UpdateRecord, write_checkpoint
 from runner.journal import Journal, drop_torn_tail, read_events
+from runner.machine import machine
 from runner.rollouts import EPISODE_COLUMNS, JobSpec
 from runner.run_dir import RunDir
 from runner.run_state import RunState
@@ -112,7 +113,9 @@ class Orchestrator:
                 if resumed
                 else "started"
             )
-            ev = self.state.segment(len(self.state.segments) + 1, time.time(), self._offset, reason)
+            n, facts = len(self.state.segments) + 1, machine()
+            ev = self.state.segment(n, time.time(), self._offset, reason, facts)
+            ev["machine"] = facts
             ev["base_hash"] = self.base_hash
             ev["pid"] = os.getpid()
             self._write(ev, durable=True)

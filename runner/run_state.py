@@ -182,14 +182,20 @@ class RunState:
         self._cancel(job, t, reason)
         return {"e": "cancel", "job": job, "t": t, "reason": reason}
 
-    def segment(self, number: int, wall: float, t: float, reason: str) -> dict[str, Any]:
+    def segment(
+        self, number: int, wall: float, t: float, reason: str, machine: dict | None = None
+    ) -> dict[str, Any]:
         """A process takes over the run: what the previous one had in flight is cancelled,
-        and every worker starts idle (so worker intervals cover the run without gaps)."""
+        and every worker starts idle (so worker intervals cover the run without gaps).
+        ``machine`` (what the process ran on) is kept with the segment."""
         self._tick(t)
         self._stop_all(t, reason)
         for w in range(self.config.workers):
             self._workers[w] = ("idle", t)
-        self.segments.append({"segment": number, "wall_start": wall, "t": t})
+        entry: dict[str, Any] = {"segment": number, "wall_start": wall, "t": t}
+        if machine is not None:
+            entry["machine"] = machine
+        self.segments.append(entry)
         return {"e": "segment", "n": number, "wall": wall, "t": t, "reason": reason}
 
     def end(self, t: float, reason: str) -> dict[str, Any]:
@@ -217,7 +223,7 @@ class RunState:
         elif kind == "cancel":
             got = self.cancel(ev["job"], ev["t"], ev["reason"])
         elif kind == "segment":
-            got = self.segment(ev["n"], ev["wall"], ev["t"], ev["reason"])
+            got = self.segment(ev["n"], ev["wall"], ev["t"], ev["reason"], ev.get("machine"))
         elif kind == "end":
             got = self.end(ev["t"], ev["reason"])
         else:

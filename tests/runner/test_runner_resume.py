@@ -15,6 +15,7 @@ import pytest
 from conftest import REPO, cli
 from runner_invariants import check_run, journal
 
+from runner.machine import cpu_model
 from runner.terminal.reaper import LABEL_SANDBOX
 
 pytestmark = pytest.mark.docker
@@ -112,6 +113,8 @@ def test_sigkill_then_resume_loses_no_update_and_applies_none_twice(resumed_run)
     # versions continue and time is continuous across the two processes
     assert trace.updates["time"].is_monotonic_increasing
     assert len(trace.meta["segments"]) == 2
+    # each process recorded the machine it ran on
+    assert [s["machine"]["cpu"] for s in trace.meta["segments"]] == [cpu_model()] * 2
 
 
 def test_no_container_of_the_killed_process_is_left(resumed_run):

@@ -1,0 +1,43 @@
+"""What machine a run's process ran on, recorded with each segment in ``meta.json``: a run
+measures time, and the same config on another machine (or the same one on another day)
+runs at another speed, so timings are only compared between runs on one machine."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The processor's name (Linux's ``model name``), or what ``platform`` knows."""
+    try:
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def machine() -> dict[str, Any]:
+    """The processor, the CPUs this process may use, the load when it started, the system,
+    Python, and the GPUs where torch is already loaded (it is not imported for this)."""
+    facts: dict[str, Any] = {
+        "cpu": cpu_model(),
+        "cpus": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "load_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
+        "system": platform.platform(),
+        "python": platform.python_version(),
+    }
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        facts["torch"] = str(torch.__version__)
+        cuda = getattr(torch, "cuda", None)
+        if cuda is not None and cuda.is_available():
+            facts["gpus"] = [cuda.get_device_name(i) for i in range(cuda.device_count())]
+    return facts
