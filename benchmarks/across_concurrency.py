@@ -4,6 +4,7 @@ run's turn model at that C, with and without a shared CPU (``--cores``), and by 
 run's empirical job durations (which cannot change with C).
 
     python benchmarks/across_concurrency.py RUN_C1 RUN_C2 ... [--fit RUN] [--cores 2]
+        [--engine ENGINE.yaml]
 
 Each run's measured results per hour come with a standard error from its jobs' durations
 (results per hour is 3600 / the mean job time on one worker with no idle time; the
@@ -20,9 +21,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from staleness_sim import simulate
 from staleness_sim.core.metrics import summarize
+from staleness_sim.durations.engine_model import EngineSpec
 from staleness_sim.validation import scenario_from_run
 
 
@@ -47,12 +50,19 @@ def measured(run: Path) -> dict:
 
 
 def predicted(
-    fit: Path, sets: list[str], how: str, cores: float | None, seeds: int, updates: int
+    fit: Path,
+    sets: list[str],
+    how: str,
+    cores: float | None,
+    seeds: int,
+    updates: int,
+    engine: EngineSpec | None = None,
 ) -> dict:
     """Mean results per hour and idle fraction of ``seeds`` simulations of the run ``fit``
     with ``sets``: ``how`` is ``cpu`` (the turn model with ``job.cpu`` of ``cores``),
     ``turns`` (without) or ``empirical`` (the run's job durations: ``job.*`` sets dropped,
-    as they cannot change them)."""
+    as they cannot change them). ``engine`` replaces the decode curve fitted from the run
+    (one measured apart, ``benchmarks/engine_curve.py``: taken as uncontended)."""
     sets = [f"updates={updates}", *sets]
     if how == "empirical":
         sets = [s for s in sets if not s.startswith("job.")]
@@ -61,6 +71,9 @@ def predicted(
         if how != "cpu":
             sets = [s for s in sets if not s.startswith("job.cpu")]
         scenario = scenario_from_run(fit, sets, "turns", cores=cores if how == "cpu" else None)
+        if engine is not None:
+            job = scenario.job.model_copy(update={"engine": engine})
+            scenario = scenario.model_copy(update={"job": job})
     rows = [summarize(simulate(scenario.model_copy(update={"seed": s}))) for s in range(seeds)]
     return {
         "results_per_hour": float(np.mean([r["results_per_hour"] for r in rows])),
@@ -68,11 +81,19 @@ def predicted(
     }
 
 
-def compare(row: dict, fit: Path, sets: list[str], cores: float, seeds: int, m: dict) -> dict:
+def compare(
+    row: dict,
+    fit: Path,
+    sets: list[str],
+    cores: float,
+    seeds: int,
+    m: dict,
+    engine: EngineSpec | None = None,
+) -> dict:
     """``row`` with each way's prediction of the measured ``m``, its error and idle."""
     updates = json.loads((fit / "summary.json").read_text())["updates"]
     for how in ("cpu", "turns", "empirical"):
-        pr = predicted(fit, sets, how, cores, seeds, updates)
+        pr = predicted(fit, sets, how, cores, seeds, updates, engine)
         row[how] = pr["results_per_hour"]
         row[f"{how} error"] = pr["results_per_hour"] / m["results_per_hour"] - 1
         row[f"{how} idle"] = pr["idle"]
@@ -94,8 +115,14 @@ def main() -> None:
     p.add_argument("--fit", type=Path, action="append", help="run(s) to predict from (default all)")
     p.add_argument("--cores", type=float, default=2.0)
     p.add_argument("--seeds", type=int, default=10)
+    p.add_argument(
+        "--engine", type=Path, help="an engine spec (YAML) to use instead of the fitted curve"
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
+    engine = None
+    if args.engine is not None:
+        engine = EngineSpec.model_validate(yaml.safe_load(args.engine.read_text()))
     meas = {run: measured(run) for run in args.runs}
     rows = []
     for fit in args.fit or args.runs:
@@ -106,7 +133,7 @@ def main() -> None:
             row = {"fit C": fit_c, "C": m["concurrency"], "measured": m["results_per_hour"]}
             row |= {"noise (1 SE)": m["rel_se"], "idle measured": m["idle"]}
             sets = [f"job.concurrency={m['concurrency']}"]
-            rows.append(compare(row, fit, sets, args.cores, args.seeds, m))
+            rows.append(compare(row, fit, sets, args.cores, args.seeds, m, engine))
     show(rows, args.json)
 
 
