@@ -113,9 +113,8 @@ class Orchestrator:
                 if resumed
                 else "started"
             )
-            n, facts = len(self.state.segments) + 1, machine()
-            ev = self.state.segment(n, time.time(), self._offset, reason, facts)
-            ev["machine"] = facts
+            n = len(self.state.segments) + 1
+            ev = self.state.segment(n, time.time(), self._offset, reason, machine())
             ev["base_hash"] = self.base_hash
             ev["pid"] = os.getpid()
             self._write(ev, durable=True)

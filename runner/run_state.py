@@ -193,10 +193,11 @@ class RunState:
         for w in range(self.config.workers):
             self._workers[w] = ("idle", t)
         entry: dict[str, Any] = {"segment": number, "wall_start": wall, "t": t}
+        ev: dict[str, Any] = {"e": "segment", "n": number, "wall": wall, "t": t, "reason": reason}
         if machine is not None:
-            entry["machine"] = machine
+            entry["machine"] = ev["machine"] = machine
         self.segments.append(entry)
-        return {"e": "segment", "n": number, "wall": wall, "t": t, "reason": reason}
+        return ev
 
     def end(self, t: float, reason: str) -> dict[str, Any]:
         """The run stops (finished, or interrupted): jobs in flight are cancelled."""

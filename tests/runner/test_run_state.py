@@ -204,9 +204,7 @@ def test_each_segment_keeps_the_machine_it_ran_on_through_a_replay():
     state, events = RunState(cfg, cfg.es.update_rule()), []
     laptop, server = {"cpu": "laptop", "cpus": 2}, {"cpu": "server", "cpus": 64}
     for n, facts in ((1, laptop), (2, server)):
-        ev = state.segment(n, 100.0 * n, 0.0, "started", facts)
-        ev["machine"] = facts  # as the orchestrator journals it
-        events.append(ev)
+        events.append(state.segment(n, 100.0 * n, 0.0, "started", facts))
     events.append(state.segment(3, 300.0, 0.0, "an old journal: no machine"))
     again = RunState(cfg, cfg.es.update_rule())
     for ev in json.loads(json.dumps(events)):
