@@ -7,9 +7,11 @@ identical turns would end together and cost far fewer steps). The turn model run
 its numpy lockstep (STALENESS_SIM_NO_NUMBA=1, what runs without numba) and its compiled
 event loop (numba, the ``fast`` extra), after a first call that compiles the kernel or
 loads it from numba's cache (timed apart). Each ratio is from one run of each, on whatever machine
-runs it; the target is at most 10x.
+runs it; the target is at most 10x. With ``--repeats N`` every run is made N times, the
+runs of the three ways taken in turn, and each way's fastest is kept (a run of job
+durations takes a tenth of a second, so one run's time moves by 10 % with the machine).
 
-    python benchmarks/bench_turns.py [--json]
+    python benchmarks/bench_turns.py [--repeats 3] [--json]
 """
 
 from __future__ import annotations
@@ -68,27 +70,39 @@ def first_call() -> float | None:
     if compiled_jobs(job.engine, 2, np.inf, 2) is None:
         return None
     t0 = time.perf_counter()
-    job._simulate(np.random.default_rng(0), 1)
+    job._simulate(np.random.default_rng(0), 1)  # one chunk
     return time.perf_counter() - t0
+
+
+def fastest(runs: list[tuple[float, float, dict]]) -> tuple[float, float, dict]:
+    """The run of least wall time (its CPU seconds and summary with it)."""
+    return min(runs, key=lambda r: r[0])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=1, help="runs of each way (the fastest kept)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    out = {}
-    *out["episodes_s"], summary = timed(CONFIGS["episodes"])
+    if args.repeats < 1:
+        ap.error(f"--repeats must be >= 1, got {args.repeats}")
+    out = {"repeats": args.repeats, "first_call_s": first_call()}
+    ways = ["numpy"] if out["first_call_s"] is None else ["numpy", "compiled"]
+    runs: dict[str, list] = {"episodes": [], **{way: [] for way in ways}}
+    for _ in range(args.repeats):
+        runs["episodes"].append(timed(CONFIGS["episodes"]))
+        for way in ways:
+            os.environ["STALENESS_SIM_NO_NUMBA"] = "1" if way == "numpy" else "0"
+            runs[way].append(timed(CONFIGS["turns"]))
+        del os.environ["STALENESS_SIM_NO_NUMBA"]
+    *out["episodes_s"], summary = fastest(runs["episodes"])
     out["episodes_jobs"] = summary["jobs_completed"]
-    os.environ["STALENESS_SIM_NO_NUMBA"] = "1"
-    *out["turns_numpy_s"], summary = timed(CONFIGS["turns"])
-    out["turns_jobs"] = summary["jobs_completed"]
-    del os.environ["STALENESS_SIM_NO_NUMBA"]
-    out["first_call_s"] = first_call()
-    ways = ["numpy"]
-    if out["first_call_s"] is not None:
-        *out["turns_compiled_s"], summary = timed(CONFIGS["turns"])
-        assert summary["jobs_completed"] == out["turns_jobs"]
-        ways.append("compiled")
+    jobs = set()
+    for way in ways:
+        *out[f"turns_{way}_s"], summary = fastest(runs[way])
+        jobs.add(summary["jobs_completed"])
+    assert len(jobs) == 1, f"the ways completed different numbers of jobs: {jobs}"
+    out["turns_jobs"] = jobs.pop()
     for way in ways:  # [wall, cpu]
         out[f"ratio_{way}"] = [
             a / b for a, b in zip(out[f"turns_{way}_s"], out["episodes_s"], strict=True)

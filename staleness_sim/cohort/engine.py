@@ -45,7 +45,7 @@ from staleness_sim.core.driver import PolicyDriver, cancel_reason
 from staleness_sim.core.policies import Cohort, Start, make_policy
 from staleness_sim.core.settings import scenario_dict
 from staleness_sim.core.trace import Trace, TraceRecorder
-from staleness_sim.durations import DirectJob, make_duration, make_job
+from staleness_sim.durations import DirectJob, make_duration, make_job, stream_blocks
 
 
 class DurationStream:
@@ -55,12 +55,10 @@ class DurationStream:
     see common random numbers.
     """
 
-    def __init__(
-        self, job, rng: np.random.Generator, first_block: int = 256, max_block: int = 16384
-    ):
+    def __init__(self, job, rng: np.random.Generator):
         self.job, self._rng = job, rng
         self._values = np.empty(0)
-        self._block, self._max_block = first_block, max_block
+        self._block, self._max_block = stream_blocks(job)
 
     def __getitem__(self, job_id: int) -> float:
         while job_id >= len(self._values):

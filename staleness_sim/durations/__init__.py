@@ -5,7 +5,13 @@ Maximum-likelihood fitting of these models to measurements is in
 """
 
 from staleness_sim.durations.engine_model import CurveSpec, Engine, EngineSpec, RooflineSpec
-from staleness_sim.durations.jobs import DirectJob, EpisodicJob, make_job, makespan
+from staleness_sim.durations.jobs import (
+    DirectJob,
+    EpisodicJob,
+    make_job,
+    makespan,
+    stream_blocks,
+)
 from staleness_sim.durations.models import DurationModel, make_duration
 from staleness_sim.durations.specs import (
     ConstantSpec,
@@ -46,4 +52,5 @@ __all__ = [
     "make_job",
     "makespan",
     "read_column",
+    "stream_blocks",
 ]

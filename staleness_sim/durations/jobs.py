@@ -111,3 +111,13 @@ def make_job(spec: Any) -> DirectJob | EpisodicJob | TurnJob:
     if spec.duration is not None:
         return DirectJob(make_duration(spec.duration))
     return EpisodicJob(make_duration(spec.episode), spec.episodes, spec.concurrency)
+
+
+def stream_blocks(job: Any) -> tuple[int, int]:
+    """The first and the largest number of jobs a stream of ``job``'s durations asks for at
+    a time (doubling between them): cheap jobs in blocks of 256 doubling to 16,384 (numpy's
+    cost per call shared); a job that is costly to simulate and gives the same job k
+    whatever the sizes asked for (a ``TurnJob``) in its own ``stream_block``, so few jobs
+    are simulated and never used."""
+    block = getattr(job, "stream_block", None)
+    return (block, block) if block is not None else (256, 16384)

@@ -46,6 +46,16 @@ class Episodes(NamedTuple):
         )
         return cls(turns, start, end, first, prompt, reply, command)
 
+    @classmethod
+    def joined(cls, blocks: list[Episodes]) -> Episodes:
+        """Several blocks' episodes as one block, their jobs in order."""
+        if len(blocks) == 1:
+            return blocks[0]
+        turns, start, end, _, prompt, reply, command = (
+            np.concatenate(x) for x in zip(*blocks, strict=True)
+        )
+        return cls.of(turns, start, end, prompt, reply, command)
+
 
 def simulate_numpy(engine, episodes: int, timeout: float, eps: Episodes, n: int, c: int):
     """``(t, timed, decoding)`` of ``n`` jobs of ``episodes`` episodes over ``c`` sessions

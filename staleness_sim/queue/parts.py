@@ -14,6 +14,7 @@ from staleness_sim.core.settings import scenario_dict
 from staleness_sim.core.trace import (
     WORKER_COLUMNS,
 )
+from staleness_sim.durations import stream_blocks
 from staleness_sim.queue.config import QueueScenario
 
 EXTRA_JOB_COLUMNS = ("group", "group_end_time", "take_time", "generated")
@@ -29,13 +30,14 @@ INF = math.inf
 
 class SampleDurations:
     """Durations by sample id, drawn exactly as ``engine.DurationStream`` draws job durations
-    (one generator, blocks of 256 doubling to 16384), so sample k of a queue run gets job
-    k's duration of the cohort engine for the same job model and seed."""
+    (one generator, blocks of :func:`~staleness_sim.durations.stream_blocks`), so sample k
+    of a queue run gets job k's duration of the cohort engine for the same job model and
+    seed."""
 
-    def __init__(self, job, seed: int, first_block: int = 256, max_block: int = 16384) -> None:
+    def __init__(self, job, seed: int) -> None:
         self.job = job
         self._rng = np.random.default_rng(seed)
-        self._block, self._max_block = first_block, max_block
+        self._block, self._max_block = stream_blocks(job)
         self._buf = np.empty(0)
         self.n = 0
         self.values: list[float] = []  # the same numbers as Python floats (the event loop)

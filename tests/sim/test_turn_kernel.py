@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 from staleness_sim.cohort.config import validate_cohort
+from staleness_sim.cohort.engine import DurationStream
 from staleness_sim.durations import Engine, EngineSpec, make_job
 from staleness_sim.durations.turn_kernel import compiled_jobs
+from staleness_sim.durations.turns import TurnJob
 
 pytest.importorskip("numba")
 
@@ -99,16 +101,17 @@ CASES = {
 }
 
 
-def _durations(spec, monkeypatch, numpy: bool) -> np.ndarray:
+def _model(spec):
     episodes, concurrency, turns, engine, *cpu = spec
-    if numpy:
-        monkeypatch.setenv("STALENESS_SIM_NO_NUMBA", "1")
-    else:
-        monkeypatch.delenv("STALENESS_SIM_NO_NUMBA", raising=False)
     base = {"workers": 1, "cohort": 1, "updates": 1, "policy": {"kind": "sync"}}
     job = {"episodes": episodes, "concurrency": concurrency, "turns": turns, "engine": engine}
     job |= {"cpu": cpu[0]} if cpu else {}
-    model = make_job(validate_cohort({**base, "job": job}).job)
+    return make_job(validate_cohort({**base, "job": job}).job)
+
+
+def _durations(spec, monkeypatch, numpy: bool) -> np.ndarray:
+    monkeypatch.setenv("STALENESS_SIM_NO_NUMBA", "1" if numpy else "0")
+    model = _model(spec)
     rng = np.random.default_rng(7)
     # several blocks: simulated ahead at 16 times what is asked, then one past that
     return np.concatenate([model.sample(rng, n) for n in (1, 3, 50, 300)])
@@ -145,3 +148,36 @@ def test_the_step_terms_give_step_s_exactly(spec):
     for context in (0.0, 1234.5, 3.3e5):
         terms = np.maximum(base[batch] + per_context * context, per_batch * batch)
         np.testing.assert_array_equal(terms, engine.step_s(batch, np.full(16, context)))
+
+
+@pytest.mark.parametrize("numpy", [False, True], ids=["compiled", "numpy"])
+def test_job_k_of_a_stream_is_the_same_whatever_the_sizes_asked_for(numpy, monkeypatch):
+    # chunks of 64 jobs are drawn and simulated whatever is asked: one call of 150, calls of
+    # 1, 63 and 86, and 150 calls of one give the same 150 jobs
+    sizes = ([150], [1, 63, 86], [1] * 150)
+    monkeypatch.setenv("STALENESS_SIM_NO_NUMBA", "1" if numpy else "0")
+    model = _model(CASES["curve with context and prefill, start and end"])
+    runs = []
+    for asked in sizes:
+        rng = np.random.default_rng(11)
+        runs.append(np.concatenate([model.sample(rng, n) for n in asked]))
+    assert len(runs[0]) == 150 and len(np.unique(runs[0])) == 150
+    for other in runs[1:]:
+        np.testing.assert_array_equal(other, runs[0])
+
+
+def test_a_stream_of_turn_jobs_simulates_whole_chunks_only(monkeypatch):
+    # a scenario that uses 100 jobs simulates 128 (two chunks of 64), not the 256 of a
+    # stream of cheap jobs' first block
+    simulated = []
+    original = TurnJob._simulate
+
+    def counting(self, rng, chunks):
+        out = original(self, rng, chunks)
+        simulated.append(len(out))
+        return out
+
+    monkeypatch.setattr(TurnJob, "_simulate", counting)
+    stream = DurationStream(_model(CASES["flat curve, drawn"]), np.random.default_rng(0))
+    values = [stream[k] for k in range(100)]
+    assert simulated == [64, 64] and all(v > 0 for v in values)
