@@ -108,6 +108,18 @@ def _add_run_model(p: argparse.ArgumentParser, prefix: str = "") -> None:
         "CPUs (a CPU run; the job's cpu: times taken out of the run are uncontended, and "
         "a simulated job slows by its own mean demand over K)",
     )
+    _cpu_share_flag(p)
+
+
+def _cpu_share_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--cpu-share",
+        choices=("job", "moment"),
+        default="job",
+        help="with --cores: how the K CPUs are shared: job (default: every part of a job "
+        "slows by the job's mean demand over K) or moment (max-min fairly moment by moment "
+        "among the parts running then; the job's cpu.share)",
+    )
 
 
 def _from_run(folder: Path, args: argparse.Namespace, sets: list[str]) -> Scenario:
@@ -121,6 +133,7 @@ def _from_run(folder: Path, args: argparse.Namespace, sets: list[str]) -> Scenar
         args.version_effect,
         args.capacity,
         args.cores,
+        args.cpu_share,
     )
 
 
@@ -291,6 +304,7 @@ def _add_fit(p: argparse.ArgumentParser) -> None:
         help="with --durations turns: the worker's containers and engine shared K CPUs "
         "(the job's cpu; the fitted times are then uncontended)",
     )
+    _cpu_share_flag(p)
 
 
 def _fit_turns(args: argparse.Namespace) -> int:
@@ -299,7 +313,9 @@ def _fit_turns(args: argparse.Namespace) -> int:
 
     if not args.data.is_dir():
         raise ValueError(f"--durations turns fits a run directory, got {args.data}")
-    job, what = turn_job(read_run(args.data), cores=args.cores)
+    if args.cpu_share != "job" and args.cores is None:
+        raise ValueError("--cpu-share moment needs --cores K")
+    job, what = turn_job(read_run(args.data), cores=args.cores, share=args.cpu_share)
     if args.json:
         print(json.dumps({"job": job, "description": what}))
     else:
@@ -315,8 +331,8 @@ def _fit(args: argparse.Namespace) -> int:
 
     if args.durations == "turns":
         return _fit_turns(args)
-    if args.cores is not None:
-        raise ValueError("--cores goes with --durations turns")
+    if args.cores is not None or args.cpu_share != "job":
+        raise ValueError("--cores and --cpu-share go with --durations turns")
     censored = None
     if args.data.is_dir():
         values, censored = _trace_durations(args.data, args.column)
@@ -393,6 +409,7 @@ def _validate(args: argparse.Namespace) -> int:
         sets=args.sets,
         capacity=args.capacity,
         cores=args.cores,
+        cpu_share=args.cpu_share,
     )
     paths = write_plots(v, args.plot) if args.plot else []
     if args.json:

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from staleness_sim.durations.engine_model import Engine
 from staleness_sim.durations.models import make_duration
+from staleness_sim.durations.moment_kernel import moment_jobs
 from staleness_sim.durations.specs import DurationSpec
 from staleness_sim.durations.turn_kernel import compiled_jobs
 from staleness_sim.durations.turn_steps import Episodes, simulate_numpy
@@ -114,25 +115,72 @@ class TurnsSpec(BaseModel):
         return self
 
 
+class DemandCurve(BaseModel):
+    """The cores an engine keeps busy at each batch size (linear between, flat beyond)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    batch: list[Annotated[int, Field(ge=1)]] = Field(min_length=1)
+    cores: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _aligned(self) -> DemandCurve:
+        if len(self.batch) != len(self.cores):
+            raise ValueError(f"batch has {len(self.batch)} values, cores {len(self.cores)}")
+        if any(b <= a for a, b in zip(self.batch, self.batch[1:], strict=False)):
+            raise ValueError(f"batch must increase, got {self.batch}")
+        return self
+
+
 class CpuShare(BaseModel):
     """The CPU a worker's sessions and engine share (a CPU run, where containers and the
     engine compete for a few cores): ``cores`` CPUs, every session in a timed part (a
     command, a sandbox start, a verifier, a prefill) wanting one and the engine
     ``engine_demand`` while it decodes (default: all ``cores``, as a CPU engine runs one
     thread per core, torch's default; measured alone it keeps 1.1 to 1.7 of 2 busy, see
-    docs/turns.md). A job's parts then all slow by ``max(1, demand / cores)``, ``demand``
-    being the job's mean of that want over its makespan (a mean field per job: the
-    simulated job's own occupancy, which uniform slowing leaves unchanged). The turn and
-    engine times are then uncontended times."""
+    docs/turns.md). The turn and engine times are then uncontended times.
+
+    ``share: job`` (the default): a job's parts all slow by ``max(1, demand / cores)``,
+    ``demand`` being the job's mean of that want over its makespan (a mean field per job:
+    the simulated job's own occupancy, which uniform slowing leaves unchanged).
+    ``share: moment``: the cores are shared max-min fairly moment by moment among the timed
+    parts (a thread each) and the engine (``engine_threads`` threads, default one a core,
+    wanting ``engine_demand`` or, by batch, ``engine_cores``), each part advancing at its
+    share (:mod:`~staleness_sim.durations.moment_kernel`)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     cores: Annotated[float, Field(gt=0)]
     engine_demand: Annotated[float, Field(ge=0)] | None = None
+    share: Literal["job", "moment"] = "job"
+    engine_threads: Annotated[int, Field(ge=1)] | None = None
+    engine_cores: DemandCurve | None = None
+
+    @model_validator(mode="after")
+    def _one_demand(self) -> CpuShare:
+        if self.share == "job":
+            given = [k for k in ("engine_threads", "engine_cores") if getattr(self, k) is not None]
+            if given:
+                raise ValueError(f"{given[0]} goes with share: moment")
+        if self.engine_cores is not None and self.engine_demand is not None:
+            raise ValueError("give engine_demand or engine_cores, not both")
+        return self
 
     @property
     def engine(self) -> float:
         return self.cores if self.engine_demand is None else self.engine_demand
+
+    @property
+    def threads(self) -> int:
+        """The engine's threads (share: moment): one a core by default."""
+        return self.engine_threads or max(1, round(self.cores))
+
+    def demand_curve(self) -> tuple[np.ndarray, np.ndarray]:
+        """The engine's demand by batch, as arrays (a constant: one point)."""
+        if self.engine_cores is not None:
+            curve = self.engine_cores
+            return np.asarray(curve.batch, np.float64), np.asarray(curve.cores, np.float64)
+        return np.ones(1), np.full(1, float(self.engine))
 
     def slowdown(self, timed: np.ndarray, decoding: np.ndarray, span: np.ndarray) -> np.ndarray:
         """The factor of jobs whose sessions spent ``timed`` session-seconds in timed parts
@@ -265,10 +313,11 @@ class TurnJob:
         cut = f", cut at {self.timeout:g} s" if np.isfinite(self.timeout) else ""
         cpu = ""
         if self.cpu is not None:
-            cpu = (
-                f"; containers and engine (wanting {self.cpu.engine:g}) share "
-                f"{self.cpu.cores:g} cores"
-            )
+            want = f"{self.cpu.engine:g}"
+            if self.cpu.engine_cores is not None:
+                want = f"{min(self.cpu.engine_cores.cores):g}-{max(self.cpu.engine_cores.cores):g}"
+            how = "moment by moment" if self.cpu.share == "moment" else "a mean per job"
+            cpu = f"; containers and engine (wanting {want}) share {self.cpu.cores:g} cores ({how})"
         return (
             f"makespan of {self.episodes} episodes over {self.concurrency} sessions sharing "
             f"one engine ({self.engine.describe()}); {self.source.describe()}{cut}{cpu}"
@@ -281,6 +330,9 @@ class TurnJob:
         numpy lockstep over at least ``_BLOCK`` jobs' chunks
         (:mod:`~staleness_sim.durations.turn_steps`), with the same results."""
         c = min(self.concurrency, self.episodes)
+        if self.cpu is not None and self.cpu.share == "moment":
+            by_moment = moment_jobs(self.engine, self.episodes, self.timeout, c, self.cpu)
+            return np.concatenate([by_moment(self._chunk(rng), _CHUNK) for _ in range(chunks)])
         simulate = compiled_jobs(self.engine, self.episodes, self.timeout, c)
         if simulate is not None:
             runs = [simulate(self._chunk(rng), _CHUNK) for _ in range(chunks)]

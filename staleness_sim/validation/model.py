@@ -82,13 +82,15 @@ def model_from_run(
     version_effect: str = "auto",
     capacity: float | None = None,
     cores: float | None = None,
+    cpu_share: str = "job",
 ) -> RunModel:
     """Fit the job-duration model and measure the run's costs from its trace.
 
     With ``capacity`` the workers share one machine (the scenario's ``contention``), and
     the measured durations are turned into solo durations first (:func:`solo_durations`).
     With ``cores`` (the turn model only) a worker's containers and engine shared that many
-    CPUs (the job's ``cpu``; :func:`~staleness_sim.validation.turn_fit.turn_job`).
+    CPUs (the job's ``cpu``; :func:`~staleness_sim.validation.turn_fit.turn_job`), shared
+    as ``cpu_share`` says: ``job`` (a mean per job) or ``moment`` (moment by moment).
     """
     if durations not in DURATION_MODELS:
         raise ValueError(f"durations must be one of {', '.join(DURATION_MODELS)}")
@@ -101,6 +103,10 @@ def model_from_run(
             raise ValueError("give cores (within a worker) or capacity (across workers), not both")
         if not cores > 0:
             raise ValueError(f"cores must be > 0, got {cores}")
+    if cpu_share not in ("job", "moment"):
+        raise ValueError(f"cpu_share must be job or moment, got {cpu_share!r}")
+    if cpu_share != "job" and cores is None:
+        raise ValueError("a CPU shared moment by moment needs cores (--cores K)")
     values, censored, jobs = job_durations(run)
     need_jobs(run, len(values))
     if capacity is not None:
@@ -136,7 +142,7 @@ def model_from_run(
         job = {"duration": spec}
         what = f"{spec['dist']} fitted to {len(base)} job durations by {criterion.upper()}"
     elif durations == "turns":
-        job, what = turn_job(run, scale if capacity is not None else None, cores)
+        job, what = turn_job(run, scale if capacity is not None else None, cores, cpu_share)
     else:
         job, table, what = _episodic_job(run, criterion)
     effect = None
@@ -265,11 +271,12 @@ def scenario_from_run(
     version_effect: str = "auto",
     capacity: float | None = None,
     cores: float | None = None,
+    cpu_share: str = "job",
 ) -> Scenario:
     """The scenario of a measured run, from its fitted durations and measured costs, with
     ``--set KEY=VALUE`` overrides (what-ifs: ``workers=16``, ``policy.max_lag=4``)."""
     run = read_run(folder)
-    model = model_from_run(run, durations, criterion, version_effect, capacity, cores)
+    model = model_from_run(run, durations, criterion, version_effect, capacity, cores, cpu_share)
     return run_scenario(run, model, sets, f"--from-run {folder}")
 
 

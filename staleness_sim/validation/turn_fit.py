@@ -25,6 +25,7 @@ from scipy import optimize
 
 from staleness_sim.core.trace import TraceError
 from staleness_sim.durations import CpuShare
+from staleness_sim.validation.moment_fit import uncontended
 from staleness_sim.validation.run import MeasuredRun, completed_jobs, need_jobs
 
 NEEDS = ("job_id", "index", "turns", "tokens_in", "tokens_out", "generation_s",
@@ -85,14 +86,18 @@ def per_turn(eps: pd.DataFrame) -> bool:
 def turn_samples(eps: pd.DataFrame) -> pd.DataFrame:
     """(tokens_out, generation seconds, mean batch) of every turn: its batch is the time
     average of its job's generations open at once (a job has the worker's engine to
-    itself), itself included."""
+    itself), itself included. The seconds are ``turn_gen_uncontended_s`` where the run's
+    contention was taken out (:mod:`~staleness_sim.validation.moment_fit`), the batch
+    always from the measured intervals."""
     rows = []
+    seconds = "turn_gen_uncontended_s" if "turn_gen_uncontended_s" in eps else "turn_gen_s"
     for _, job in eps.groupby("job_id", sort=False):
         start = np.concatenate(job["turn_start"].to_numpy()).astype(float)
         gen = np.concatenate(job["turn_gen_s"].to_numpy()).astype(float)
         out = np.concatenate(job["turn_tokens_out"].to_numpy()).astype(float)
         batch = _mean_load(start, start + gen, np.ones(len(gen)))
-        rows.append(pd.DataFrame({"out": out, "gen_s": gen, "batch": batch}))
+        work = np.concatenate(job[seconds].to_numpy()).astype(float)
+        rows.append(pd.DataFrame({"out": out, "gen_s": work, "batch": batch}))
     return pd.concat(rows, ignore_index=True)
 
 
@@ -194,17 +199,29 @@ def _union(start: np.ndarray, end: np.ndarray) -> float:
 
 
 def turn_job(
-    run: MeasuredRun, scale: dict[int, float] | None = None, cores: float | None = None
+    run: MeasuredRun,
+    scale: dict[int, float] | None = None,
+    cores: float | None = None,
+    share: str = "job",
 ) -> tuple[dict, str]:
     """The scenario's ``job`` (turns on an engine) and a line describing it. With ``cores``
-    the worker's containers and engine shared that many CPUs (``job.cpu``): each measured
-    job's times are divided by its own slowdown, so the table and curve hold uncontended
-    times, and the simulated jobs slow again by theirs."""
+    the worker's containers and engine shared that many CPUs (``job.cpu``), so the table
+    and curve hold uncontended times: with ``share`` ``job`` each measured job's times are
+    divided by its own slowdown (and the simulated jobs slow again by theirs); with
+    ``moment`` every part's by the shares it had moment by moment
+    (:mod:`~staleness_sim.validation.moment_fit`; the simulated parts share again)."""
     eps = run_episodes(run, scale)
     d, c = int(run.config["episodes_per_job"]), int(run.config["concurrency"])
-    engine, how = fit_engine(eps, c)
     cpu_what = ""
-    if cores is not None:
+    if cores is not None and share == "moment":
+        if not per_turn(eps):
+            raise TraceError("a CPU shared moment by moment needs the run's per-turn records")
+        jobs = run.trace.jobs
+        worker = jobs.set_index("job_id")["worker"] if "worker" in jobs else pd.Series(dtype=int)
+        eps, how_much = uncontended(eps, worker, CpuShare(cores=cores, share="moment"))
+        cpu_what = f"; containers and engine shared {cores:g} cores moment by moment: {how_much}"
+    engine, how = fit_engine(eps, c)
+    if cores is not None and share == "job":
         cpu = CpuShare(cores=cores)
         slow = cpu_slowdowns(eps, cpu)
         unslowed = {int(j): 1.0 / f for j, f in slow.items()}  # cores: no capacity scale
@@ -227,5 +244,5 @@ def turn_job(
     )
     job = {"episodes": d, "concurrency": c, "turns": turns, "engine": engine}
     if cores is not None:
-        job["cpu"] = {"cores": float(cores)}
+        job["cpu"] = {"cores": float(cores)} | ({"share": "moment"} if share == "moment" else {})
     return job, what + cpu_what

@@ -1,0 +1,122 @@
+"""A measured run's uncontended work under the CPU shared moment by moment (``--cpu-share
+moment``, ``job.cpu.share: moment``): the inverse of
+:mod:`~staleness_sim.durations.moment_kernel`.
+
+From the run's per-turn records the machine's moments are rebuilt exactly (no grid): at
+every moment, the sessions in timed parts (an episode's time outside its generations) and
+each worker's decode batch. The cores are shared among them as the kernel shares them
+(max-min fairly: a thread a timed session, ``engine_threads`` threads an engine wanting
+``engine_cores`` at its batch), which gives every moment a timed rate and each engine's
+rate. A timed part's uncontended seconds are its measured seconds times the mean timed
+rate over it (per episode: the mean over its timed time), a turn's uncontended generation
+seconds its measured ones times its engine's mean rate over it. Workers on one machine are
+counted together here (they share its cores), though a simulated worker has the cores to
+itself.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from staleness_sim.durations import CpuShare
+
+
+def fair_level(wants: np.ndarray, cores: float) -> float:
+    """The water level of max-min fair shares of ``cores`` among threads wanting ``wants``
+    (inf where all are met)."""
+    left, m = cores, len(wants)
+    for i, want in enumerate(np.sort(wants)):
+        share = left / (m - i)
+        if want > share:
+            return share
+        left -= want
+    return np.inf
+
+
+def _demand(cpu: CpuShare, batch: float) -> float:
+    xs, ys = cpu.demand_curve()
+    return float(np.interp(batch, xs, ys))
+
+
+class Moments:
+    """The run's moments: piecewise-constant timed and per-worker engine rates, and their
+    integrals, on the sorted times of every episode and turn boundary. Every episode has
+    at least one turn (as :func:`~staleness_sim.validation.turn_fit.run_episodes` keeps)."""
+
+    def __init__(self, eps: pd.DataFrame, worker: pd.Series, cpu: CpuShare) -> None:
+        workers = sorted(set(worker.astype(int)) | {0})
+        col = {w: i for i, w in enumerate(workers)}
+        w_of = eps["job_id"].map(worker).fillna(0).astype(int).map(col).to_numpy()
+        self.start, self.gen = (np.concatenate(eps[c].to_numpy()).astype(float)
+                                for c in ("turn_start", "turn_gen_s"))  # fmt: skip
+        self.worker = np.repeat(w_of, eps["turns"].to_numpy(int))
+        t0, t1 = eps["start_time"].to_numpy(float), eps["end_time"].to_numpy(float)
+        self.times = np.unique(np.concatenate([t0, t1, self.start, self.start + self.gen]))
+        timed = self._open(t0, t1) - self._open(self.start, self.start + self.gen)
+        batch = np.array([self._open(self.start[self.worker == w],
+                                     (self.start + self.gen)[self.worker == w])
+                          for w in range(len(workers))])  # fmt: skip
+        rate_t, rate_e = np.ones(len(timed)), np.ones(batch.shape)
+        for i in range(len(timed)):
+            n, b = max(timed[i], 0), batch[:, i]
+            each = np.array([_demand(cpu, x) / cpu.threads if x > 0 else 0.0 for x in b])
+            wants = np.concatenate([np.ones(n), np.repeat(each[b > 0], cpu.threads)])
+            level = fair_level(wants, cpu.cores)
+            if n:
+                rate_t[i] = min(1.0, level)
+            for w in np.flatnonzero(b > 0):
+                rate_e[w, i] = min(each[w], level) / each[w]
+        span = np.diff(self.times)
+        self._int_t = np.concatenate([[0.0], np.cumsum(rate_t * span)])
+        self._int_e = np.column_stack([np.zeros(len(workers)), np.cumsum(rate_e * span, axis=1)])
+
+    def _open(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """How many of the intervals [a, b) are open on each piece."""
+        at = self.times[:-1]
+        return np.searchsorted(np.sort(a), at, side="right") - np.searchsorted(
+            np.sort(b), at, side="right"
+        )
+
+    def timed_work(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """The integral of the timed rate over each [a, b)."""
+        return np.interp(b, self.times, self._int_t) - np.interp(a, self.times, self._int_t)
+
+    def engine_work(self, a: np.ndarray, b: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """The integral of worker ``w``'s engine rate over each [a, b)."""
+        out = np.empty(len(a))
+        for x in np.unique(w):
+            on = w == x
+            f = self._int_e[x]
+            out[on] = np.interp(b[on], self.times, f) - np.interp(a[on], self.times, f)
+        return out
+
+
+def uncontended(eps: pd.DataFrame, worker: pd.Series, cpu: CpuShare) -> tuple[pd.DataFrame, str]:
+    """``eps`` with its times made uncontended (per episode: its timed columns times its mean
+    timed rate; per turn: ``turn_gen_uncontended_s``, its ``turn_gen_s`` times its
+    engine's mean rate, and ``generation_s`` their sum; the measured intervals kept in
+    ``turn_start`` and ``turn_gen_s``), and a line saying by how much."""
+    m = Moments(eps, worker, cpu)
+    start, gen, end = m.start, m.gen, m.start + m.gen
+    gen_rate = np.ones(len(gen))
+    on = gen > 0
+    gen_rate[on] = m.engine_work(start[on], end[on], m.worker[on]) / gen[on]
+    new_gen = gen * gen_rate
+    first = np.concatenate([[0], np.cumsum(eps["turns"].to_numpy(int))[:-1]])
+    per_episode = lambda x: np.add.reduceat(x, first)  # noqa: E731 (every episode has a turn)
+    gen_old, gen_new = per_episode(gen), per_episode(new_gen)
+    t0, t1 = eps["start_time"].to_numpy(float), eps["end_time"].to_numpy(float)
+    timed_work = m.timed_work(t0, t1) - per_episode(m.timed_work(start, end))
+    rate = np.clip(timed_work / np.maximum(t1 - t0 - gen_old, 1e-12), 0.0, 1.0)
+    out = eps.copy()
+    out["turn_gen_uncontended_s"] = list(np.split(new_gen, first[1:]))
+    for c in ("container_s", "sandbox_start_s", "verify_s"):
+        out[c] = eps[c].to_numpy(float) * rate
+    out["duration_s"] = (eps["duration_s"].to_numpy(float) - gen_old) * rate + gen_new
+    out["generation_s"] = gen_new
+    what = (
+        f"timed parts ran at {rate.min():.2f} to {rate.max():.2f} of a core (mean "
+        f"{rate.mean():.2f}), the engine at {gen_rate[on].mean():.2f} of its demand on average"
+    )
+    return out, what

@@ -1,0 +1,99 @@
+"""A measured run's uncontended work under the CPU shared moment by moment
+(``--cores K --cpu-share moment``): a hand-worked timeline, the fit and the simulation as
+inverses on measured runs, and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from staleness_sim.cli import main
+from staleness_sim.durations import CpuShare
+from staleness_sim.validation import validate_run
+from staleness_sim.validation.moment_fit import fair_level, uncontended
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNS = ROOT / "examples" / "runs"
+
+
+def episodes(*rows) -> pd.DataFrame:
+    """Episodes of one turn each: (job, start, end, turn start, turn seconds)."""
+    out = []
+    for job, t0, t1, s, gen in rows:
+        out.append({"job_id": job, "turns": 1, "start_time": t0, "end_time": t1,
+                    "duration_s": t1 - t0, "generation_s": gen, "container_s": t1 - t0 - gen,
+                    "sandbox_start_s": 0.0, "verify_s": 0.0,
+                    "turn_start": [s], "turn_gen_s": [gen]})  # fmt: skip
+    return pd.DataFrame(out)
+
+
+def test_a_hand_worked_timeline_on_one_core():
+    # one core; the engine one thread wanting it. A: [0, 3), decoding [0, 2); B: [0, 4),
+    # decoding [3.5, 4). On [0, 2) B's command and A's decode get half each; on [2, 3) A and
+    # B share the core as commands; on [3, 3.5) B has it; on [3.5, 4) B's decode has it.
+    eps = episodes((0, 0.0, 3.0, 0.0, 2.0), (0, 0.0, 4.0, 3.5, 0.5))
+    cpu = CpuShare(cores=1, share="moment", engine_demand=1, engine_threads=1)
+    out, _ = uncontended(eps, pd.Series({0: 0}), cpu)
+    np.testing.assert_allclose(out["generation_s"], [1.0, 0.5])
+    np.testing.assert_allclose(out["turn_gen_uncontended_s"].map(lambda x: x[0]), [1.0, 0.5])
+    b_rate = (2 * 0.5 + 1 * 0.5 + 0.5 * 1) / 3.5  # B's timed work over its timed time
+    np.testing.assert_allclose(out["container_s"], [1.0 * 0.5, 3.5 * b_rate])
+    np.testing.assert_allclose(out["duration_s"], [0.5 + 1.0, 2.0 + 0.5])
+    np.testing.assert_allclose(out["turn_gen_s"].map(lambda x: x[0]), [2.0, 0.5])  # measured
+
+
+def test_two_workers_engines_share_the_machine():
+    # two workers' engines decode at once on one core, a thread each: half each
+    eps = episodes((0, 0.0, 2.0, 0.0, 2.0), (1, 0.0, 2.0, 0.0, 2.0))
+    cpu = CpuShare(cores=1, share="moment", engine_demand=1, engine_threads=1)
+    out, _ = uncontended(eps, pd.Series({0: 0, 1: 1}), cpu)
+    np.testing.assert_allclose(out["generation_s"], [1.0, 1.0])
+
+
+@pytest.mark.parametrize(
+    "wants, cores, level",
+    [([1, 1, 1], 2, 2 / 3), ([0.2, 1, 1], 1.2, 0.5), ([0.5, 0.5], 2, np.inf), ([3], 2, 2)],
+)
+def test_the_fair_level(wants, cores, level):
+    assert fair_level(np.asarray(wants, float), cores) == pytest.approx(level)
+
+
+@pytest.mark.parametrize(
+    "run", ["across_concurrency/C4", "across_concurrency_2/C4b", "across_concurrency_3/C4"]
+)
+def test_a_run_simulated_from_its_own_fit_gives_its_results_per_hour(run):
+    # the fit takes the sharing out and the simulation puts it back: the run's own rate
+    v = validate_run(RUNS / run, replicates=3, durations="turns", cores=2, cpu_share="moment")
+    out = v.to_json()
+    assert out["results_per_hour_predicted"] == pytest.approx(
+        out["results_per_hour_measured"], rel=0.02
+    )
+
+
+def test_the_fit_names_the_sharing_in_the_job(capsys):
+    run = RUNS / "across_concurrency_3" / "C4"
+    args = ["fit", str(run), "--durations", "turns", "--cores", "2", "--cpu-share", "moment"]
+    assert main([*args, "--json"]) == 0
+    job = json.loads(capsys.readouterr().out)["job"]
+    assert job["cpu"] == {"cores": 2.0, "share": "moment"}
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--cpu-share", "moment"], "--cpu-share moment needs --cores K"),
+        (["--cores", "2", "--cpu-share", "moments"], "invalid choice"),
+    ],
+)
+def test_bad_sharing_flags_exit_2(args, message, capsys):
+    run = RUNS / "across_concurrency_3" / "C4"
+    try:
+        code = main(["fit", str(run), "--durations", "turns", *args])
+    except SystemExit as e:  # argparse's own errors
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2 and message in err
