@@ -208,8 +208,9 @@ def turn_job(
     the worker's containers and engine shared that many CPUs (``job.cpu``), so the table
     and curve hold uncontended times: with ``share`` ``job`` each measured job's times are
     divided by its own slowdown (and the simulated jobs slow again by theirs); with
-    ``moment`` every part's by the shares it had moment by moment
-    (:mod:`~staleness_sim.validation.moment_fit`; the simulated parts share again)."""
+    ``moment`` every part's by the shares it had moment by moment, the run's G workers
+    sharing a machine of G ``cores`` (:mod:`~staleness_sim.validation.moment_fit`; the
+    simulated parts share again, each worker its ``cores``)."""
     eps = run_episodes(run, scale)
     d, c = int(run.config["episodes_per_job"]), int(run.config["concurrency"])
     cpu_what = ""
@@ -218,7 +219,12 @@ def turn_job(
             raise TraceError("a CPU shared moment by moment needs the run's per-turn records")
         jobs = run.trace.jobs
         worker = jobs.set_index("job_id")["worker"] if "worker" in jobs else pd.Series(dtype=int)
-        eps, how_much = uncontended(eps, worker, CpuShare(cores=cores, share="moment"))
+        # the run's workers shared one machine of ``cores`` each, moment by moment
+        each = CpuShare(cores=cores, share="moment")
+        g = max(int(run.scenario.get("workers", 1)), 1)
+        machine = CpuShare(cores=cores * g, share="moment", engine_threads=each.threads,
+                           engine_demand=each.engine)  # fmt: skip
+        eps, how_much = uncontended(eps, worker, machine)
         cpu_what = f"; containers and engine shared {cores:g} cores moment by moment: {how_much}"
     engine, how = fit_engine(eps, c)
     if cores is not None and share == "job":
