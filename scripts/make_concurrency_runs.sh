@@ -14,7 +14,8 @@
 #   bash scripts/make_concurrency_runs.sh runs/concurrency2 examples/runs/across_concurrency_2 \
 #     C4b C3 C6 C12 C1 C8 C2 C16 G2C4 C4c
 # and the third (examples/runs/across_concurrency_3, with benchmarks/engine_curve.py before
-# and after): ... C4 C1 C2 C8 C16 C4r
+# and after): ... C4 C1 C2 C8 C16 C4r; the fourth (examples/runs/across_concurrency_4,
+# its predictions fixed in its README first): ... C4 C1 C2 C8 C16 G2C4 C4r
 # docs/turns.md ("Across concurrency") predicts each from another, e.g.
 #   python benchmarks/across_concurrency.py examples/runs/across_concurrency/C{1,2,4,8,16} \
 #     --fit examples/runs/across_concurrency/C4
