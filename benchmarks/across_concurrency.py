@@ -5,7 +5,7 @@ or as a mean per job (``cpu``), without (``turns``), and by the run's empirical 
 durations (which cannot change with C).
 
     python benchmarks/across_concurrency.py RUN_C1 RUN_C2 ... [--fit RUN] [--cores 2]
-        [--engine ENGINE.yaml] [--engine-cores 1.13,1.30,1.67]
+        [--engine ENGINE.yaml]
 
 Each run's measured results per hour come with a standard error from its jobs' durations
 (results per hour is 3600 / the mean job time on one worker with no idle time; the
@@ -27,7 +27,6 @@ import yaml
 from staleness_sim import simulate
 from staleness_sim.core.metrics import summarize
 from staleness_sim.durations.engine_model import EngineSpec
-from staleness_sim.durations.turns import DemandCurve
 from staleness_sim.validation import scenario_from_run
 
 
@@ -59,21 +58,16 @@ def predicted(
     seeds: int,
     updates: int,
     engine: EngineSpec | None = None,
-    engine_cores: DemandCurve | None = None,
 ) -> dict:
     """Mean results per hour and idle fraction of ``seeds`` simulations of the run ``fit``
     with ``sets``: ``how`` is ``moment`` (the turn model with ``cores`` shared moment by
-    moment, the engine wanting ``engine_cores``), ``cpu`` (with ``job.cpu`` of ``cores``),
+    moment, the engine wanting all of them), ``cpu`` (with ``job.cpu`` of ``cores``),
     ``turns`` (without) or ``empirical`` (the run's job durations: ``job.*`` sets dropped,
     as they cannot change them). ``engine`` replaces the decode curve fitted from the run
     (one measured apart, ``benchmarks/engine_curve.py``: taken as uncontended)."""
     sets = [f"updates={updates}", *sets]
     if how == "moment":
         scenario = scenario_from_run(fit, sets, "turns", cores=cores, cpu_share="moment")
-        if engine_cores is not None:
-            cpu = scenario.job.cpu.model_copy(update={"engine_cores": engine_cores})
-            job = scenario.job.model_copy(update={"cpu": cpu})
-            scenario = scenario.model_copy(update={"job": job})
     elif how == "empirical":
         sets = [s for s in sets if not s.startswith("job.")]
         scenario = scenario_from_run(fit, sets, "empirical")
@@ -99,12 +93,11 @@ def compare(
     seeds: int,
     m: dict,
     engine: EngineSpec | None = None,
-    engine_cores: DemandCurve | None = None,
 ) -> dict:
     """``row`` with each way's prediction of the measured ``m``, its error and idle."""
     updates = json.loads((fit / "summary.json").read_text())["updates"]
     for how in ("moment", "cpu", "turns", "empirical"):
-        pr = predicted(fit, sets, how, cores, seeds, updates, engine, engine_cores)
+        pr = predicted(fit, sets, how, cores, seeds, updates, engine)
         row[how] = pr["results_per_hour"]
         row[f"{how} error"] = pr["results_per_hour"] / m["results_per_hour"] - 1
         row[f"{how} idle"] = pr["idle"]
@@ -129,19 +122,8 @@ def main() -> None:
     p.add_argument(
         "--engine", type=Path, help="an engine spec (YAML) to use instead of the fitted curve"
     )
-    p.add_argument(
-        "--engine-cores",
-        help="moment: the cores the engine keeps busy at batches 1, 4 and 16 (e.g. "
-        "1.13,1.30,1.67; default: all --cores at every batch)",
-    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
-    engine_cores = None
-    if args.engine_cores is not None:
-        cores = [float(x) for x in args.engine_cores.split(",")]
-        if len(cores) != 3:
-            p.error("--engine-cores takes three numbers (batches 1, 4 and 16)")
-        engine_cores = DemandCurve(batch=[1, 4, 16], cores=cores)
     engine = None
     if args.engine is not None:
         engine = EngineSpec.model_validate(yaml.safe_load(args.engine.read_text()))
@@ -155,7 +137,7 @@ def main() -> None:
             row = {"fit C": fit_c, "C": m["concurrency"], "measured": m["results_per_hour"]}
             row |= {"noise (1 SE)": m["rel_se"], "idle measured": m["idle"]}
             sets = [f"job.concurrency={m['concurrency']}"]
-            rows.append(compare(row, fit, sets, args.cores, args.seeds, m, engine, engine_cores))
+            rows.append(compare(row, fit, sets, args.cores, args.seeds, m, engine))
     show(rows, args.json)
 
 
