@@ -19,6 +19,8 @@
 # docs/turns.md ("Across concurrency") predicts each from another, e.g.
 #   python benchmarks/across_concurrency.py examples/runs/across_concurrency/C{1,2,4,8,16} \
 #     --fit examples/runs/across_concurrency/C4
+# UPDATES=6 makes runs twice as long (default 3; the fifth sitting,
+# examples/runs/across_concurrency_5: UPDATES=6 ... C4 C1 C8 C4r).
 # The full run directories stay in WORK_DIR (default runs/concurrency); the copies get the
 # trace, the per-episode and per-turn records and the config, not transcripts or tasks.
 set -euo pipefail
@@ -49,7 +51,7 @@ for name in "${names[@]}"; do
     rm -rf "$run"
     es-runner train configs/runner/cpu_tiny.yaml --out "$run" --no-progress \
       --set model.path=models/m6 --set sampling.max_new_tokens=64 --set workers="$g" \
-      --set episodes_per_job=16 --set concurrency="$c" --set cohort=4 --set updates=3 \
+      --set episodes_per_job=16 --set concurrency="$c" --set cohort=4 --set updates="${UPDATES:-3}" \
       --set eval_every=0 --set 'tasks.generate={n: 80, seed: 0}'
   fi
   dest="$dest_root/$name"
