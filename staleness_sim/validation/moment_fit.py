@@ -34,11 +34,6 @@ def fair_level(wants: np.ndarray, cores: float) -> float:
     return np.inf
 
 
-def _demand(cpu: CpuShare, batch: float) -> float:
-    xs, ys = cpu.demand_curve()
-    return float(np.interp(batch, xs, ys))
-
-
 class Moments:
     """The run's moments: piecewise-constant timed and per-worker engine rates, and their
     integrals, on the sorted times of every episode and turn boundary. Every episode has
@@ -58,9 +53,11 @@ class Moments:
                                      (self.start + self.gen)[self.worker == w])
                           for w in range(len(workers))])  # fmt: skip
         rate_t, rate_e = np.ones(len(timed)), np.ones(batch.shape)
+        # each engine thread's want at every batch seen (linear between the curve's points)
+        demand = np.interp(batch, *cpu.demand_curve()) / cpu.threads
         for i in range(len(timed)):
             n, b = max(timed[i], 0), batch[:, i]
-            each = np.array([_demand(cpu, x) / cpu.threads if x > 0 else 0.0 for x in b])
+            each = np.where(b > 0, demand[:, i], 0.0)
             wants = np.concatenate([np.ones(n), np.repeat(each[b > 0], cpu.threads)])
             level = fair_level(wants, cpu.cores)
             if n:
