@@ -6,7 +6,8 @@
 #
 # Runs of configs/runner/cpu_tiny.yaml that differ only in concurrency and workers: NAME
 # C<k> is C = k with G = 1 (a letter after it marks a repeat: C4b), G<g>C<k> is G = g
-# workers at C = k. Every run: a 6-layer, hidden-384 random model (`es-runner model
+# workers at C = k (a letter after either marks a repeat: G2C4r). Every run: a 6-layer,
+# hidden-384 random model (`es-runner model
 # make-tiny`, the same weights every time), 64-token replies, 16 episodes a job, cohort 4,
 # 3 updates (12 jobs, 192 episodes), 80 generated tasks, real containers. The defaults
 # make examples/runs/across_concurrency (C4 C1 C2 C8 C16 G2C4); the second set, made in
@@ -20,7 +21,8 @@
 #   python benchmarks/across_concurrency.py examples/runs/across_concurrency/C{1,2,4,8,16} \
 #     --fit examples/runs/across_concurrency/C4
 # UPDATES=6 makes runs twice as long (default 3; the fifth sitting,
-# examples/runs/across_concurrency_5: UPDATES=6 ... C4 C1 C8 C4r).
+# examples/runs/across_concurrency_5: UPDATES=6 ... C4 C1 C8 C4r; the sixth, across
+# workers, examples/runs/across_workers_6: UPDATES=6 ... C4 G2C4 C4r G2C4r).
 # The full run directories stay in WORK_DIR (default runs/concurrency); the copies get the
 # trace, the per-episode and per-turn records and the config, not transcripts or tasks.
 set -euo pipefail
@@ -31,8 +33,8 @@ shift $(($# < 2 ? $# : 2))
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(C4 C1 C2 C8 C16 G2C4)
 for name in "${names[@]}"; do  # every name checked before any run starts
-  [[ "$name" =~ ^(G[0-9]+)?C[0-9]+[a-z]?$ && ! "$name" =~ ^G.*[a-z]$ ]] || {
-    echo "make_concurrency_runs: $name is neither C<k>[letter] nor G<g>C<k>" >&2
+  [[ "$name" =~ ^(G[0-9]+)?C[0-9]+[a-z]?$ ]] || {
+    echo "make_concurrency_runs: $name is not [G<g>]C<k>[letter]" >&2
     exit 2
   }
 done
