@@ -13,7 +13,8 @@ scans them all.
 
 One job at a time, one function, compiled by numba where it imports (the ``fast`` extra)
 and run as plain Python otherwise (``STALENESS_SIM_NO_NUMBA=1``): the same arithmetic in
-the same order, so the same jobs to the bit (``tests/sim/test_moment_kernel.py``).
+the same order, so the same jobs to the bit (``tests/sim/test_moment_kernel.py``). Compiled,
+a chunk's jobs run in parts on several threads, as the turn kernel's.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import os
 
 import numpy as np
 
+from staleness_sim.durations.kernel_threads import in_parts
 from staleness_sim.durations.turn_kernel import _after_decode
 
 try:
@@ -64,14 +66,14 @@ def _demand(batch, xs, ys):
 def _jobs(turns, start, end, first, prompt, reply, command, c, episodes, base, per_ctx,
           per_batch, prefill, timeout, cores, threads, demand_batch, demand_cores,
           out):  # fmt: skip
-    """Every job of the block, one after the other; ``out[j]`` is job ``j``'s makespan.
+    """Every job of the block, one after the other; ``out[0, j]`` is job ``j``'s makespan.
     Per session: ``phase``, ``left`` (a timed part's uncontended seconds, a decode's
     tokens), ``deadline`` and the turn it is at, as in the compiled turn kernel."""
     phase, left = np.zeros(c, np.int64), np.zeros(c)
     deadline, ctx = np.zeros(c), np.zeros(c)
     end_s, pr, rp = np.zeros(c), np.zeros(c), np.zeros(c)
     seg, nturns, at = np.zeros(c, np.int64), np.zeros(c, np.int64), np.zeros(c, np.int64)
-    for j in range(out.shape[0]):
+    for j in range(out.shape[1]):
         t = held = 0.0
         n_timed, batch, assigned, busy = 0, 0, 0, 0
         for s in range(c):  # every session starts an episode at 0
@@ -136,13 +138,13 @@ def _jobs(turns, start, end, first, prompt, reply, command, c, episodes, base, p
             deadline[s] = t + timeout
             phase[s], left[s] = TIMED, start[e] + prefill * pr[s]
             n_timed += 1
-        out[j] = t
+        out[0, j] = t
 
 
 if njit is not None:
     shares = njit(cache=True, inline="always")(shares)
     _demand = njit(cache=True, inline="always")(_demand)
-    _compiled = njit(cache=True, error_model="numpy")(_jobs)
+    _compiled = njit(cache=True, error_model="numpy", nogil=True)(_jobs)
 else:
     _compiled = None
 
@@ -158,8 +160,7 @@ def moment_jobs(engine, episodes: int, timeout: float, c: int, cpu):
             float(timeout), float(cpu.cores), float(cpu.threads), batch, demand)  # fmt: skip
 
     def simulate(eps, n: int) -> np.ndarray:
-        out = np.zeros(n)
-        run(*eps, *args, out)
-        return out
+        # plain Python holds the GIL: threads would only take turns
+        return in_parts(run, eps, n, episodes, 1, args, parts=1 if plain else None)[0]
 
     return simulate

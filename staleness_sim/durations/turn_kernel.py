@@ -5,7 +5,9 @@ It is the numpy lockstep of :mod:`~staleness_sim.durations.turn_steps` (``events
 ``apply``) for one job at a time, the same arithmetic in the same order, so the results
 are the same to the bit (``tests/sim/test_turn_kernel.py``). Numpy's cost is a fixed
 overhead per call, dozens of calls a step; the lockstep compiled earlier paid a pass
-over a block of jobs larger than the cache at every step.
+over a block of jobs larger than the cache at every step. A chunk's jobs run in parts on
+several threads (:mod:`~staleness_sim.durations.kernel_threads`: the kernel releases the
+GIL), with the same results whatever the split.
 
 ``compiled_jobs`` returns None (and the numpy lockstep runs) where numba does not import
 or ``STALENESS_SIM_NO_NUMBA=1``. The kernel is cached on disk (``cache=True``), so only
@@ -17,6 +19,8 @@ from __future__ import annotations
 import os
 
 import numpy as np
+
+from staleness_sim.durations.kernel_threads import in_parts
 
 try:
     from numba import njit
@@ -165,7 +169,8 @@ if njit is not None:
     _put = njit(cache=True, inline="always")(_put)
     _lower = njit(cache=True, inline="always")(_lower)
     # error_model="numpy": a float division needs no zero check (a step is > 0): 4 % faster
-    _jobs = njit(cache=True, error_model="numpy")(_jobs)
+    # nogil: a chunk's jobs run in parts on several threads (kernel_threads)
+    _jobs = njit(cache=True, error_model="numpy", nogil=True)(_jobs)
 
 
 def compiled_jobs(engine, episodes: int, timeout: float, c: int):
@@ -178,8 +183,8 @@ def compiled_jobs(engine, episodes: int, timeout: float, c: int):
     prefill, timeout = float(engine.prefill_s_per_token), float(timeout)
 
     def simulate(eps, n: int):
-        out = np.zeros((3, n))
-        _jobs(*eps, c, episodes, base, per_ctx, per_batch, prefill, timeout, out)
+        args = (c, episodes, base, per_ctx, per_batch, prefill, timeout)
+        out = in_parts(_jobs, eps, n, episodes, 3, args)
         return out[0], out[1], out[2]
 
     return simulate

@@ -46,6 +46,12 @@ class Episodes(NamedTuple):
         )
         return cls(turns, start, end, first, prompt, reply, command)
 
+    def jobs(self, a: int, b: int, episodes: int) -> Episodes:
+        """Jobs ``a`` to ``b`` (excluded) of ``episodes`` episodes each: their episodes' values,
+        and every turn's (``first`` still points into the whole block's turns)."""
+        ea, eb = a * episodes, b * episodes
+        return Episodes(*(x[ea:eb] for x in self[:4]), *self[4:])
+
     @classmethod
     def joined(cls, blocks: list[Episodes]) -> Episodes:
         """Several blocks' episodes as one block, their jobs in order."""

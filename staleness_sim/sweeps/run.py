@@ -29,6 +29,7 @@ import pandas as pd
 
 from staleness_sim import summary
 from staleness_sim.config import ConfigError, validate
+from staleness_sim.durations.kernel_threads import ENV as THREADS_ENV
 from staleness_sim.sweeps.spec import Run, SweepSpec, axis_value, load_sweep, parse_sweep
 from staleness_sim.sweeps.store import SWEEP_INFO, ResultStore, atomic_write
 
@@ -107,14 +108,16 @@ def run_local(batches: list[Batch], jobs: int) -> Iterator[list[dict[str, Any]]]
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     # Workers ignore Ctrl-C: the parent alone handles it and terminates the pool (leaving the
     # with-block), so an interrupted pool cannot hang on a worker that died mid-handshake.
-    with ctx.Pool(min(jobs, len(batches)), initializer=_ignore_sigint) as pool:
+    with ctx.Pool(min(jobs, len(batches)), initializer=_pool_worker) as pool:
         yield from pool.imap_unordered(run_batch, batches)
 
 
-def _ignore_sigint() -> None:
+def _pool_worker() -> None:
+    """Ignores Ctrl-C, and simulates on one thread: the pool is the parallelism."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ.setdefault(THREADS_ENV, "1")
 
 
 def import_ray():
@@ -139,11 +142,11 @@ def run_ray(batches: list[Batch], jobs: int) -> Iterator[list[dict[str, Any]]]:
     if not ray.is_initialized():
         address = os.environ.get("RAY_ADDRESS")
         if address:  # ship this package's code to the cluster (its dependencies must be there)
-            env = {"py_modules": [staleness_sim]}
+            env = {"py_modules": [staleness_sim], "env_vars": {THREADS_ENV: _task_threads()}}
             ray.init(address=address, runtime_env=env, log_to_driver=False)
         else:
             path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
-            env = {"env_vars": {"PYTHONPATH": path}}
+            env = {"env_vars": {"PYTHONPATH": path, THREADS_ENV: _task_threads()}}
             ray.init(num_cpus=jobs, runtime_env=env, include_dashboard=False, log_to_driver=False)
         started = True
     task = ray.remote(num_cpus=1)(run_batch)
@@ -158,6 +161,11 @@ def run_ray(batches: list[Batch], jobs: int) -> Iterator[list[dict[str, Any]]]:
             ray.cancel(ref, force=True)
         if started:
             ray.shutdown()
+
+
+def _task_threads() -> str:
+    """A Ray task's threads: one (tasks take one CPU each), unless set here."""
+    return os.environ.get(THREADS_ENV, "1")
 
 
 # -- the sweep --------------------------------------------------------------------------

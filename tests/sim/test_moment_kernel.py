@@ -159,3 +159,16 @@ def test_compiled_and_plain_python_give_the_same_jobs_to_the_bit(monkeypatch):
 def test_bad_cpu_settings_are_named(cpu, field):
     with pytest.raises((ValidationError, ValueError), match=field):
         job_of(rows((1, 0)), cpu)
+
+
+def test_a_chunk_split_across_threads_gives_the_same_jobs_to_the_bit(monkeypatch):
+    pytest.importorskip("numba")
+    cpu = {"cores": 1.5, "share": "moment", "engine_cores": {"batch": [1, 4], "cores": [1, 1.6]}}
+    runs = []
+    for threads in ("1", "2", "5"):
+        monkeypatch.setenv("STALENESS_SIM_THREADS", threads)
+        job = job_of(DRAWN | {"timeout_s": 8}, cpu, episodes=10, concurrency=4, engine=CURVE)
+        runs.append(job.sample(np.random.default_rng(5), 130))
+    assert np.ptp(runs[0]) > 0  # jobs that differ
+    for other in runs[1:]:
+        np.testing.assert_array_equal(other, runs[0])

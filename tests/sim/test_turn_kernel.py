@@ -181,3 +181,44 @@ def test_a_stream_of_turn_jobs_simulates_whole_chunks_only(monkeypatch):
     stream = DurationStream(_model(CASES["flat curve, drawn"]), np.random.default_rng(0))
     values = [stream[k] for k in range(100)]
     assert simulated == [64, 64] and all(v > 0 for v in values)
+
+
+@pytest.mark.parametrize("case", ["roofline, timeout", "table resampled", "a shared CPU, timeout"])
+def test_a_chunk_split_across_threads_gives_the_same_jobs_to_the_bit(case, monkeypatch):
+    # jobs are independent: 1, 2, 3 or 7 threads, each on its part of every chunk
+    runs = []
+    for threads in ("1", "2", "3", "7"):
+        monkeypatch.setenv("STALENESS_SIM_THREADS", threads)
+        runs.append(_durations(CASES[case], monkeypatch, numpy=False))
+    assert len(runs[0]) == 354 and np.ptp(runs[0]) > 0  # jobs that differ
+    for other in runs[1:]:
+        np.testing.assert_array_equal(other, runs[0])
+
+
+def test_the_parts_of_a_chunk_run_on_their_own_threads():
+    import threading
+
+    from staleness_sim.durations.kernel_threads import in_parts
+    from staleness_sim.durations.turn_steps import Episodes
+
+    eps = Episodes.of(np.ones(10), np.arange(10.0), np.zeros(10), *np.ones((3, 10)))
+    seen, together = {}, threading.Barrier(3, timeout=30)
+
+    def kernel(turns, start, end, first, prompt, reply, command, out):
+        seen[threading.get_ident()] = start.copy()
+        together.wait()  # all three parts are running at once (a thread id is not reused)
+        out[0] = start[::2] + start[1::2]  # each job's two episodes' starts
+
+    out = in_parts(kernel, eps, 5, 2, 1, (), parts=3)
+    np.testing.assert_array_equal(out[0], [1, 5, 9, 13, 17])
+    assert len(seen) == 3  # jobs 0, 1-2, 3-4
+    assert sorted(len(v) for v in seen.values()) == [2, 4, 4]
+
+
+@pytest.mark.parametrize("value", ["0", "two", "-1"])
+def test_a_bad_thread_count_is_named(value, monkeypatch):
+    from staleness_sim.durations.kernel_threads import threads
+
+    monkeypatch.setenv("STALENESS_SIM_THREADS", value)
+    with pytest.raises(ValueError, match=f"STALENESS_SIM_THREADS={value!r}"):
+        threads()
