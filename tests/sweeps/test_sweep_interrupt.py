@@ -33,6 +33,9 @@ def test_ctrl_c_keeps_finished_batches_and_resume_completes(tmp_path, tiny_sweep
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group, so we can signal the group
+        # as from a terminal: a shell without job control starts background commands with
+        # SIGINT ignored, and Python then leaves it ignored (CI run with `&`)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(list(out.glob("parts/part-*.parquet"))) < 3:
