@@ -28,6 +28,7 @@ from staleness_sim import simulate
 from staleness_sim.core.metrics import summarize
 from staleness_sim.durations.engine_model import EngineSpec
 from staleness_sim.validation import scenario_from_run
+from staleness_sim.validation.turn_fit import engine_cpu_fields
 
 
 def measured(run: Path) -> dict:
@@ -58,16 +59,20 @@ def predicted(
     seeds: int,
     updates: int,
     engine: EngineSpec | None = None,
+    engine_cpu: dict | None = None,
 ) -> dict:
     """Mean results per hour and idle fraction of ``seeds`` simulations of the run ``fit``
     with ``sets``: ``how`` is ``moment`` (the turn model with ``cores`` shared moment by
     moment, the engine wanting all of them), ``cpu`` (with ``job.cpu`` of ``cores``),
     ``turns`` (without) or ``empirical`` (the run's job durations: ``job.*`` sets dropped,
     as they cannot change them). ``engine`` replaces the decode curve fitted from the run
-    (one measured apart, ``benchmarks/engine_curve.py``: taken as uncontended)."""
+    (one measured apart, ``benchmarks/engine_curve.py``: taken as uncontended);
+    ``engine_cpu`` the engine's own CPU demand (``--engine-cpu``; ``moment`` only)."""
     sets = [f"updates={updates}", *sets]
     if how == "moment":
-        scenario = scenario_from_run(fit, sets, "turns", cores=cores, cpu_share="moment")
+        scenario = scenario_from_run(
+            fit, sets, "turns", cores=cores, cpu_share="moment", engine_cpu=engine_cpu
+        )
     elif how == "empirical":
         sets = [s for s in sets if not s.startswith("job.")]
         scenario = scenario_from_run(fit, sets, "empirical")
@@ -93,15 +98,30 @@ def compare(
     seeds: int,
     m: dict,
     engine: EngineSpec | None = None,
+    engine_cpu: dict | None = None,
 ) -> dict:
     """``row`` with each way's prediction of the measured ``m``, its error and idle."""
     updates = json.loads((fit / "summary.json").read_text())["updates"]
     for how in ("moment", "cpu", "turns", "empirical"):
-        pr = predicted(fit, sets, how, cores, seeds, updates, engine)
+        pr = predicted(fit, sets, how, cores, seeds, updates, engine, engine_cpu)
         row[how] = pr["results_per_hour"]
         row[f"{how} error"] = pr["results_per_hour"] / m["results_per_hour"] - 1
         row[f"{how} idle"] = pr["idle"]
     return row
+
+
+def add_engine_cpu(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--engine-cpu",
+        type=Path,
+        help="the engine's own CPU demand (YAML, as staleness-sim's --engine-cpu) for moment",
+    )
+
+
+def read_engine_cpu(path: Path | None) -> dict | None:
+    if path is None:
+        return None
+    return engine_cpu_fields(yaml.safe_load(path.read_text()), f"--engine-cpu {path}")
 
 
 def show(rows: list[dict], as_json: bool) -> None:
@@ -122,8 +142,10 @@ def main() -> None:
     p.add_argument(
         "--engine", type=Path, help="an engine spec (YAML) to use instead of the fitted curve"
     )
+    add_engine_cpu(p)
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
+    engine_cpu = read_engine_cpu(args.engine_cpu)
     engine = None
     if args.engine is not None:
         engine = EngineSpec.model_validate(yaml.safe_load(args.engine.read_text()))
@@ -137,7 +159,7 @@ def main() -> None:
             row = {"fit C": fit_c, "C": m["concurrency"], "measured": m["results_per_hour"]}
             row |= {"noise (1 SE)": m["rel_se"], "idle measured": m["idle"]}
             sets = [f"job.concurrency={m['concurrency']}"]
-            rows.append(compare(row, fit, sets, args.cores, args.seeds, m, engine))
+            rows.append(compare(row, fit, sets, args.cores, args.seeds, m, engine, engine_cpu))
     show(rows, args.json)
 
 

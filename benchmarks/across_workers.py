@@ -7,6 +7,11 @@ model without the shared CPU and the run's empirical job durations are shown bes
 (neither can see the workers share the machine).
 
     python benchmarks/across_workers.py RUN_G1 RUN_G2 [--cores 2] [--seeds 10]
+        [--engine-cpu ENGINE_CPU.yaml]
+
+With ``--engine-cpu`` the engine's own CPU demand (measured apart) is what each engine
+wanted in the fit run and still wants in the prediction, whatever its worker's cores
+(moment by moment only); without it an engine wants all of its worker's ``K / G``.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from across_concurrency import compare, measured, show
+from across_concurrency import add_engine_cpu, compare, measured, read_engine_cpu, show
 
 
 def main() -> None:
@@ -22,8 +27,10 @@ def main() -> None:
     p.add_argument("runs", nargs="+", type=Path)
     p.add_argument("--cores", type=float, default=2.0, help="the machine's cores")
     p.add_argument("--seeds", type=int, default=10)
+    add_engine_cpu(p)
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
+    engine_cpu = read_engine_cpu(args.engine_cpu)
     meas = {run: measured(run) for run in args.runs}
     rows = []
     for fit, f in meas.items():
@@ -34,7 +41,8 @@ def main() -> None:
             row |= {"measured": m["results_per_hour"], "noise (1 SE)": m["rel_se"]}
             row |= {"idle measured": m["idle"]}
             sets = [f"workers={m['workers']}", f"job.cpu.cores={args.cores / m['workers']}"]
-            rows.append(compare(row, fit, sets, args.cores / f["workers"], args.seeds, m))
+            cores = args.cores / f["workers"]
+            rows.append(compare(row, fit, sets, cores, args.seeds, m, engine_cpu=engine_cpu))
     show(rows, args.json)
 
 

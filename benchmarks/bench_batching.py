@@ -10,10 +10,14 @@ the running batch at the next token. The same seeds give the same replies in bot
 continuous batching (a turn reuses the states of its session's previous turn); reused
 states equal recomputed ones to rounding only, so its replies are compared, not required
 to match. ``continuous_cores`` is the process's CPU seconds over the wall seconds of the
-continuous run: the cores the engine keeps busy (the session threads only wait).
+continuous run: the cores the engine keeps busy (the session threads only wait). With
+``--command-ms 0`` a run of B sessions keeps the batch at B, and ``--engine-cpu-out FILE``
+writes those cores by batch, with torch's threads, as the engine's own CPU demand for
+``staleness-sim ... --engine-cpu FILE`` (docs/turns.md, "The engine's own CPU").
 
 Usage: python benchmarks/bench_batching.py [--sessions 8 32] [--turns 4] [--tokens 64]
        [--command-ms 20] [--instruction-words 0] [--model DIR] [--device cpu] [--json]
+       [--engine-cpu-out FILE]
 """
 
 from __future__ import annotations
@@ -97,7 +101,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", help="a saved model folder (default: a tiny random one)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--engine-cpu-out",
+        type=Path,
+        metavar="FILE",
+        help="write the continuous runs' cores by batch (YAML) as the engine's own CPU demand",
+    )
     args = ap.parse_args(argv)
+    if args.engine_cpu_out is not None:
+        if any(b <= a for a, b in zip(args.sessions, args.sessions[1:], strict=False)):
+            ap.error("--engine-cpu-out needs --sessions in increasing order")
+        if args.command_ms != 0:
+            ap.error("--engine-cpu-out needs --command-ms 0 (so that the batch stays at B)")
 
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model or str(build_tiny_model(Path(tmp) / "tiny", seed=0))
@@ -146,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                     "reuse_same_replies": round(sum(a == b for a, b in pairs) / len(pairs), 3),
                 }
             )
+    if args.engine_cpu_out is not None:
+        write_engine_cpu(args.engine_cpu_out, rows)
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
@@ -154,6 +171,22 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows:
             print("  ".join(str(r[k]) for k in keys))
     return 0
+
+
+def write_engine_cpu(path: Path, rows: list[dict]) -> None:
+    """The engine's own CPU demand, as ``--engine-cpu`` reads it."""
+    import torch
+    import yaml
+
+    spec = {
+        "engine_threads": torch.get_num_threads(),
+        "engine_cores": {
+            "batch": [r["sessions"] for r in rows],
+            "cores": [r["continuous_cores"] for r in rows],
+        },
+    }
+    path.write_text(yaml.safe_dump(spec, sort_keys=False, default_flow_style=None))
+    print(f"engine cpu: {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -120,6 +120,31 @@ def _cpu_share_flag(p: argparse.ArgumentParser) -> None:
         "slows by the job's mean demand over K) or moment (max-min fairly moment by moment "
         "among the parts running then; the job's cpu.share)",
     )
+    p.add_argument(
+        "--engine-cpu",
+        type=Path,
+        metavar="FILE",
+        help="with --cores: a YAML file of the engine's own CPU demand, measured apart "
+        "(engine_demand or engine_cores by batch, and engine_threads; docs/turns.md): each "
+        "engine of the run wanted it, and the job's cpu keeps it whatever cores a what-if "
+        "gives a worker (default: the engine wants all of a worker's cores)",
+    )
+
+
+def _engine_cpu(args: argparse.Namespace) -> dict | None:
+    """The ``--engine-cpu`` file's fields, checked (None without the flag)."""
+    from staleness_sim.validation.turn_fit import engine_cpu_fields
+
+    if args.engine_cpu is None:
+        return None
+    try:
+        data = yaml.safe_load(args.engine_cpu.read_text())
+    except OSError as e:
+        raise ValueError(f"--engine-cpu {args.engine_cpu}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        where = " ".join(str(e).split())  # one line
+        raise ValueError(f"--engine-cpu {args.engine_cpu}: not YAML ({where})") from None
+    return engine_cpu_fields(data, f"--engine-cpu {args.engine_cpu}")
 
 
 def _from_run(folder: Path, args: argparse.Namespace, sets: list[str]) -> Scenario:
@@ -134,6 +159,7 @@ def _from_run(folder: Path, args: argparse.Namespace, sets: list[str]) -> Scenar
         args.capacity,
         args.cores,
         args.cpu_share,
+        _engine_cpu(args),
     )
 
 
@@ -315,7 +341,9 @@ def _fit_turns(args: argparse.Namespace) -> int:
         raise ValueError(f"--durations turns fits a run directory, got {args.data}")
     if args.cpu_share != "job" and args.cores is None:
         raise ValueError("--cpu-share moment needs --cores K")
-    job, what = turn_job(read_run(args.data), cores=args.cores, share=args.cpu_share)
+    job, what = turn_job(
+        read_run(args.data), cores=args.cores, share=args.cpu_share, engine_cpu=_engine_cpu(args)
+    )
     if args.json:
         print(json.dumps({"job": job, "description": what}))
     else:
@@ -331,8 +359,8 @@ def _fit(args: argparse.Namespace) -> int:
 
     if args.durations == "turns":
         return _fit_turns(args)
-    if args.cores is not None or args.cpu_share != "job":
-        raise ValueError("--cores and --cpu-share go with --durations turns")
+    if args.cores is not None or args.cpu_share != "job" or args.engine_cpu is not None:
+        raise ValueError("--cores, --cpu-share and --engine-cpu go with --durations turns")
     censored = None
     if args.data.is_dir():
         values, censored = _trace_durations(args.data, args.column)
@@ -410,6 +438,7 @@ def _validate(args: argparse.Namespace) -> int:
         capacity=args.capacity,
         cores=args.cores,
         cpu_share=args.cpu_share,
+        engine_cpu=_engine_cpu(args),
     )
     paths = write_plots(v, args.plot) if args.plot else []
     if args.json:

@@ -83,6 +83,7 @@ def model_from_run(
     capacity: float | None = None,
     cores: float | None = None,
     cpu_share: str = "job",
+    engine_cpu: dict | None = None,
 ) -> RunModel:
     """Fit the job-duration model and measure the run's costs from its trace.
 
@@ -90,7 +91,8 @@ def model_from_run(
     the measured durations are turned into solo durations first (:func:`solo_durations`).
     With ``cores`` (the turn model only) a worker's containers and engine shared that many
     CPUs (the job's ``cpu``; :func:`~staleness_sim.validation.turn_fit.turn_job`), shared
-    as ``cpu_share`` says: ``job`` (a mean per job) or ``moment`` (moment by moment).
+    as ``cpu_share`` says: ``job`` (a mean per job) or ``moment`` (moment by moment);
+    ``engine_cpu`` is the engine's own CPU demand, measured apart (``--engine-cpu``).
     """
     if durations not in DURATION_MODELS:
         raise ValueError(f"durations must be one of {', '.join(DURATION_MODELS)}")
@@ -142,7 +144,9 @@ def model_from_run(
         job = {"duration": spec}
         what = f"{spec['dist']} fitted to {len(base)} job durations by {criterion.upper()}"
     elif durations == "turns":
-        job, what = turn_job(run, scale if capacity is not None else None, cores, cpu_share)
+        job, what = turn_job(
+            run, scale if capacity is not None else None, cores, cpu_share, engine_cpu
+        )
     else:
         job, table, what = _episodic_job(run, criterion)
     effect = None
@@ -272,11 +276,14 @@ def scenario_from_run(
     capacity: float | None = None,
     cores: float | None = None,
     cpu_share: str = "job",
+    engine_cpu: dict | None = None,
 ) -> Scenario:
     """The scenario of a measured run, from its fitted durations and measured costs, with
     ``--set KEY=VALUE`` overrides (what-ifs: ``workers=16``, ``policy.max_lag=4``)."""
     run = read_run(folder)
-    model = model_from_run(run, durations, criterion, version_effect, capacity, cores, cpu_share)
+    model = model_from_run(
+        run, durations, criterion, version_effect, capacity, cores, cpu_share, engine_cpu
+    )
     return run_scenario(run, model, sets, f"--from-run {folder}")
 
 

@@ -156,12 +156,15 @@ def validate_run(
     capacity: float | None = None,
     cores: float | None = None,
     cpu_share: str = "job",
+    engine_cpu: dict | None = None,
 ) -> Validation:
     """Replay a measured run's scenario ``replicates`` times and compare every metric."""
     if replicates < 1:
         raise ValueError(f"--replicates must be >= 1, got {replicates}")
     run = read_run(folder)
-    model = model_from_run(run, durations, criterion, version_effect, capacity, cores, cpu_share)
+    model = model_from_run(
+        run, durations, criterion, version_effect, capacity, cores, cpu_share, engine_cpu
+    )
     scenario = run_scenario(run, model, sets, f"{folder}")
     measured = summarize(run.trace)
     predicted = []

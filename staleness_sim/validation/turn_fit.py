@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pydantic import ValidationError
 from scipy import optimize
 
 from staleness_sim.core.trace import TraceError
@@ -198,11 +199,43 @@ def _union(start: np.ndarray, end: np.ndarray) -> float:
     return total
 
 
+ENGINE_CPU_KEYS = ("engine_demand", "engine_threads", "engine_cores")
+
+
+def engine_cpu_fields(data: Any, source: str) -> dict:
+    """``data`` (the engine's CPU: ``engine_demand`` or ``engine_cores``, and
+    ``engine_threads``) checked, as a ``job.cpu``'s fields; errors name ``source`` and the
+    field."""
+    if not isinstance(data, dict) or not data:
+        raise ValueError(f"{source}: expected a mapping of {', '.join(ENGINE_CPU_KEYS)}")
+    other = sorted(set(data) - set(ENGINE_CPU_KEYS))
+    if other:
+        raise ValueError(f"{source}: {other[0]}: not an engine CPU field "
+                         f"(expected {', '.join(ENGINE_CPU_KEYS)})")  # fmt: skip
+    share = "moment" if {"engine_threads", "engine_cores"} & set(data) else "job"
+    try:
+        checked = CpuShare(cores=1.0, share=share, **data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "engine cpu"
+        raise ValueError(f"{source}: {where}: {err['msg']}") from None
+    return checked.model_dump(mode="json", include=set(data), exclude_none=True)
+
+
+def _wants(engine_cpu: dict) -> str:
+    if "engine_cores" in engine_cpu:
+        curve = engine_cpu["engine_cores"]
+        by = ", ".join(f"{c:g} at {b}" for b, c in zip(curve["batch"], curve["cores"], strict=True))
+        return f"cores by batch: {by}"
+    return f"{engine_cpu.get('engine_demand', 'all the')} cores"
+
+
 def turn_job(
     run: MeasuredRun,
     scale: dict[int, float] | None = None,
     cores: float | None = None,
     share: str = "job",
+    engine_cpu: dict | None = None,
 ) -> tuple[dict, str]:
     """The scenario's ``job`` (turns on an engine) and a line describing it. With ``cores``
     the worker's containers and engine shared that many CPUs (``job.cpu``), so the table
@@ -210,7 +243,18 @@ def turn_job(
     divided by its own slowdown (and the simulated jobs slow again by theirs); with
     ``moment`` every part's by the shares it had moment by moment, the run's G workers
     sharing a machine of G ``cores`` (:mod:`~staleness_sim.validation.moment_fit`; the
-    simulated parts share again, each worker its ``cores``)."""
+    simulated parts share again, each worker its ``cores``).
+
+    ``engine_cpu`` (:func:`engine_cpu_fields`) is the engine's own CPU demand, measured
+    apart: each engine of the run wanted it, and the job's ``cpu`` keeps it, so a what-if
+    at fewer ``job.cpu.cores`` (more workers on the machine) gives the engine less than
+    it wants. Without it the engine wants all of a worker's ``cores``, whatever they are."""
+    engine_cpu = dict(engine_cpu or {})
+    if engine_cpu and cores is None:
+        raise ValueError("the engine's CPU (--engine-cpu) goes with --cores")
+    moment_only = [k for k in ("engine_threads", "engine_cores") if k in engine_cpu]
+    if moment_only and share != "moment":
+        raise ValueError(f"the engine's CPU: {moment_only[0]} goes with --cpu-share moment")
     eps = run_episodes(run, scale)
     d, c = int(run.config["episodes_per_job"]), int(run.config["concurrency"])
     cpu_what = ""
@@ -220,15 +264,19 @@ def turn_job(
         jobs = run.trace.jobs
         worker = jobs.set_index("job_id")["worker"] if "worker" in jobs else pd.Series(dtype=int)
         # the run's workers shared one machine of ``cores`` each, moment by moment
-        each = CpuShare(cores=cores, share="moment")
+        each = CpuShare(cores=cores, share="moment", **engine_cpu)
         g = max(int(run.scenario.get("workers", 1)), 1)
-        machine = CpuShare(cores=cores * g, share="moment", engine_threads=each.threads,
-                           engine_demand=each.engine)  # fmt: skip
+        wants = engine_cpu or {"engine_threads": each.threads, "engine_demand": each.engine}
+        machine = CpuShare(cores=cores * g, share="moment", **wants)
         eps, how_much = uncontended(eps, worker, machine)
         cpu_what = f"; containers and engine shared {cores:g} cores moment by moment: {how_much}"
+        if engine_cpu:
+            cpu_what += (
+                f" (the engine wanting {_wants(engine_cpu)} in each of the run's {g} workers)"
+            )
     engine, how = fit_engine(eps, c)
     if cores is not None and share == "job":
-        cpu = CpuShare(cores=cores)
+        cpu = CpuShare(cores=cores, **engine_cpu)
         slow = cpu_slowdowns(eps, cpu)
         unslowed = {int(j): 1.0 / f for j, f in slow.items()}  # cores: no capacity scale
         gen = eps.groupby("job_id", sort=False)["generation_s"].sum()
@@ -251,4 +299,5 @@ def turn_job(
     job = {"episodes": d, "concurrency": c, "turns": turns, "engine": engine}
     if cores is not None:
         job["cpu"] = {"cores": float(cores)} | ({"share": "moment"} if share == "moment" else {})
+        job["cpu"] |= engine_cpu
     return job, what + cpu_what

@@ -106,3 +106,90 @@ def test_bad_sharing_flags_exit_2(args, message, capsys):
         code = e.code
     err = capsys.readouterr().err
     assert code == 2 and message in err
+
+
+def test_two_workers_engines_wanting_two_cores_each_share_two():
+    # each engine two threads wanting a core each, on a 2-core machine: half its demand
+    eps = episodes((0, 0.0, 2.0, 0.0, 2.0), (1, 0.0, 2.0, 0.0, 2.0))
+    cpu = CpuShare(cores=2, share="moment", engine_demand=2, engine_threads=2)
+    out, _ = uncontended(eps, pd.Series({0: 0, 1: 1}), cpu)
+    np.testing.assert_allclose(out["generation_s"], [1.0, 1.0])
+
+
+def _fit_job(run, *flags, capsys):
+    args = ["fit", str(run), "--durations", "turns", "--cpu-share", "moment", *flags]
+    assert main([*args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)["job"]
+
+
+def test_the_engines_own_cpu_is_kept_in_the_job_whatever_the_cores(tmp_path, capsys):
+    # the default is an engine wanting all of a worker's cores, one thread a core: given
+    # as the engine's own CPU it fits the same job, and the job's cpu then keeps it
+    run = RUNS / "across_workers_6" / "C4"
+    spec = tmp_path / "engine_cpu.yaml"
+    spec.write_text("engine_demand: 2\nengine_threads: 2\n")
+    default = _fit_job(run, "--cores", "2", capsys=capsys)
+    given = _fit_job(run, "--cores", "2", "--engine-cpu", str(spec), capsys=capsys)
+    assert given["cpu"] == {"cores": 2.0, "share": "moment", "engine_demand": 2.0,
+                            "engine_threads": 2}  # fmt: skip
+    assert given["turns"] == default["turns"] and given["engine"] == default["engine"]
+    # two workers' engines each wanting 2 of the machine's 2 cores, not 1 (the default at
+    # --cores 1): each had less of its demand, so its uncontended decode is faster
+    run2 = RUNS / "across_workers_6" / "G2C4"
+    default2 = _fit_job(run2, "--cores", "1", capsys=capsys)
+    given2 = _fit_job(run2, "--cores", "1", "--engine-cpu", str(spec), capsys=capsys)
+    step = lambda job: job["engine"]["curve"]["step_s"]  # noqa: E731
+    assert all(a < b for a, b in zip(step(given2), step(default2), strict=True))
+
+
+def test_a_what_if_at_fewer_cores_slows_an_engine_that_wants_its_own(tmp_path, capsys):
+    run = RUNS / "across_workers_6" / "C4"
+    spec = tmp_path / "engine_cpu.yaml"
+    spec.write_text("engine_cores: {batch: [1, 4], cores: [1.1, 1.4]}\nengine_threads: 2\n")
+    rate = {}
+    for name, extra in (("default", []), ("own", ["--engine-cpu", str(spec)])):
+        args = ["run", "--from-run", str(run), "--durations", "turns", "--cores", "2",
+                "--cpu-share", "moment", *extra, "--set", "job.cpu.cores=1", "--json"]  # fmt: skip
+        assert main(args) == 0
+        rate[name] = json.loads(capsys.readouterr().out)["results_per_hour"]
+    # on 1 core an engine wanting 1.4 decodes at most 1 / 1.4 as fast; by default it wants 1
+    assert rate["own"] < 0.95 * rate["default"]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("engine_thread: 2\n", "engine_thread: not an engine CPU field"),
+        ("engine_threads: 0\n", "engine_threads: Input should be greater than or equal to 1"),
+        ("engine_cores: {batch: [1, 4], cores: [1.1]}\n", "batch has 2 values, cores 1"),
+        ("3\n", "expected a mapping of engine_demand, engine_threads, engine_cores"),
+        ("a: [\n", "not YAML"),
+    ],
+)
+def test_a_bad_engine_cpu_file_exits_2_naming_it(text, message, tmp_path, capsys):
+    spec = tmp_path / "engine_cpu.yaml"
+    spec.write_text(text)
+    run = RUNS / "across_workers_6" / "C4"
+    args = ["--cores", "2", "--engine-cpu", str(spec)]
+    assert main(["fit", str(run), "--durations", "turns", "--cpu-share", "moment", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"--engine-cpu {spec}" in err and message in err
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--engine-cpu", "X"], "the engine's CPU (--engine-cpu) goes with --cores"),
+        (
+            ["--cores", "2", "--cpu-share", "job", "--engine-cpu", "X"],
+            "goes with --cpu-share moment",
+        ),
+    ],
+)
+def test_engine_cpu_flags_that_do_not_go_together_exit_2(args, message, tmp_path, capsys):
+    spec = tmp_path / "engine_cpu.yaml"
+    spec.write_text("engine_threads: 2\nengine_demand: 1.4\n")
+    args = [str(spec) if a == "X" else a for a in args]
+    run = RUNS / "across_workers_6" / "C4"
+    assert main(["run", "--from-run", str(run), "--durations", "turns", *args]) == 2
+    assert message in capsys.readouterr().err
