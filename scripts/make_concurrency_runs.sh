@@ -23,7 +23,7 @@
 # UPDATES=6 makes runs twice as long (default 3; the fifth sitting,
 # examples/runs/across_concurrency_5: UPDATES=6 ... C4 C1 C8 C4r; the sixth, across
 # workers, examples/runs/across_workers_6: UPDATES=6 ... C4 G2C4 C4r G2C4r; the seventh,
-# examples/runs/across_workers_7, the same after the engine's CPU: see its README).
+# examples/runs/across_workers_7 and _8, the same after the engine's CPU: see their READMEs).
 # The full run directories stay in WORK_DIR (default runs/concurrency); the copies get the
 # trace, the per-episode and per-turn records and the config, not transcripts or tasks.
 set -euo pipefail
