@@ -156,7 +156,8 @@ def main() -> None:
         for run, m in meas.items():
             if run == fit:
                 continue
-            row = {"fit C": fit_c, "C": m["concurrency"], "measured": m["results_per_hour"]}
+            row = {"fit": fit.name, "run": run.name, "fit C": fit_c, "C": m["concurrency"]}
+            row |= {"measured": m["results_per_hour"]}
             row |= {"noise (1 SE)": m["rel_se"], "idle measured": m["idle"]}
             sets = [f"job.concurrency={m['concurrency']}"]
             rows.append(compare(row, fit, sets, args.cores, args.seeds, m, engine, engine_cpu))

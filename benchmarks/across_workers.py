@@ -37,7 +37,8 @@ def main() -> None:
         for run, m in meas.items():
             if run == fit:
                 continue
-            row = {"fit G": f["workers"], "G": m["workers"], "C": m["concurrency"]}
+            row = {"fit": fit.name, "run": run.name}  # which row is which, among repeats
+            row |= {"fit G": f["workers"], "G": m["workers"], "C": m["concurrency"]}
             row |= {"measured": m["results_per_hour"], "noise (1 SE)": m["rel_se"]}
             row |= {"idle measured": m["idle"]}
             sets = [f"workers={m['workers']}", f"job.cpu.cores={args.cores / m['workers']}"]
