@@ -29,12 +29,14 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout, uninstalled
 
 from runner.backends import GenerationRequest, SessionBatcher, make_backend  # noqa: E402
+from runner.machine import machine  # noqa: E402
 from runner.models import build_tiny_model  # noqa: E402
 
 SYSTEM = {"role": "system", "content": "You are an agent in a Linux terminal."}
@@ -173,6 +175,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def provenance(rows: list[dict]) -> str:
+    """YAML comments saying when, where and how fast the engine was measured: its demand
+    differs between sittings on one machine by more than within one, so a file is read
+    beside the runs it was measured with."""
+    m = machine()
+    speed = ", ".join(f"{r['sessions']}: {r['continuous_tok_s']}" for r in rows)
+    return (
+        f"# measured {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ} by benchmarks/bench_batching.py"
+        f" on {m['cpu']} ({m['usable_cpus']} of {m['cpus']} CPUs, load {m['load_1m']})\n"
+        f"# continuous tokens per second by batch: {speed}\n"
+    )
+
+
 def write_engine_cpu(path: Path, rows: list[dict]) -> None:
     """The engine's own CPU demand, as ``--engine-cpu`` reads it."""
     import torch
@@ -185,7 +200,9 @@ def write_engine_cpu(path: Path, rows: list[dict]) -> None:
             "cores": [r["continuous_cores"] for r in rows],
         },
     }
-    path.write_text(yaml.safe_dump(spec, sort_keys=False, default_flow_style=None))
+    path.write_text(
+        provenance(rows) + yaml.safe_dump(spec, sort_keys=False, default_flow_style=None)
+    )
     print(f"engine cpu: {path}", file=sys.stderr)
 
 
