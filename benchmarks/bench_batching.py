@@ -177,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def provenance(rows: list[dict]) -> str:
     """YAML comments saying when, where and how fast the engine was measured: its demand
-    differs between sittings on one machine by more than within one, so a file is read
-    beside the runs it was measured with."""
+    differed by a tenth of a core between two processors and by 0.02 within a sitting, so
+    a file is used with runs on the processor it names."""
     m = machine()
     speed = ", ".join(f"{r['sessions']}: {r['continuous_tok_s']}" for r in rows)
     return (
