@@ -23,6 +23,29 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+def cpu_ticks(stat: Path = Path("/proc/stat")) -> tuple[int, int] | None:
+    """``(busy, total)`` clock ticks of all the machine's CPUs since boot (Linux's
+    ``/proc/stat``; idle and I/O wait are not busy), or None where there is none."""
+    try:
+        for line in stat.read_text().splitlines():
+            fields = line.split()
+            if fields and fields[0] == "cpu":
+                ticks = [int(f) for f in fields[1:9]]  # user .. steal (guest is in user)
+                return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def busy_cores(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """How many of the machine's CPUs were busy on average between two :func:`cpu_ticks`
+    (whatever ran on them, not only this process): a CPU run's cores are its bottleneck
+    only where this is near their number."""
+    if before is None or after is None or after[1] <= before[1] or not os.cpu_count():
+        return None
+    return round((after[0] - before[0]) / (after[1] - before[1]) * os.cpu_count(), 3)
+
+
 def machine() -> dict[str, Any]:
     """The processor, the CPUs this process may use, the load when it started, the system,
     Python, and the GPUs where torch is already loaded (it is not imported for this)."""

@@ -199,12 +199,18 @@ class RunState:
         self.segments.append(entry)
         return ev
 
-    def end(self, t: float, reason: str) -> dict[str, Any]:
-        """The run stops (finished, or interrupted): jobs in flight are cancelled."""
+    def end(self, t: float, reason: str, busy: float | None = None) -> dict[str, Any]:
+        """The run stops (finished, or interrupted): jobs in flight are cancelled. ``busy``
+        (the machine's mean busy cores over the segment) is kept with the segment."""
         self._tick(t)
         self._stop_all(t, reason)
         self.finished = self.version >= self.config.updates
-        return {"e": "end", "t": t, "reason": reason}
+        ev: dict[str, Any] = {"e": "end", "t": t, "reason": reason}
+        if busy is not None:
+            ev["machine_busy_cores"] = busy
+            if self.segments:
+                self.segments[-1]["machine_busy_cores"] = busy
+        return ev
 
     # -- replay -------------------------------------------------------------------------
     def replay(self, ev: dict[str, Any]) -> None:
@@ -226,7 +232,7 @@ class RunState:
         elif kind == "segment":
             got = self.segment(ev["n"], ev["wall"], ev["t"], ev["reason"], ev.get("machine"))
         elif kind == "end":
-            got = self.end(ev["t"], ev["reason"])
+            got = self.end(ev["t"], ev["reason"], ev.get("machine_busy_cores"))
         else:
             raise ReplayMismatch(f"unknown journal event {kind!r}")
         mine = got if isinstance(got, dict) else {"e": "wait", "reason": got.reason}

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+import time
 
-from runner.machine import cpu_model, machine
+from runner.machine import busy_cores, cpu_model, cpu_ticks, machine
 
 CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -33,3 +34,31 @@ def test_the_facts_are_this_process_s():
     assert abs(facts["load_1m"] - os.getloadavg()[0]) < 1.0  # the load moves slowly
     assert facts["cpu"] == cpu_model()
     assert isinstance(facts["python"], str) and facts["python"].count(".") == 2
+
+
+STAT = """cpu  100 5 50 800 40 3 2 10 7 0
+cpu0 50 2 25 400 20 1 1 5 3 0
+intr 12345
+"""
+
+
+def test_cpu_ticks_count_all_but_idle_and_io_wait_as_busy(tmp_path):
+    (tmp_path / "stat").write_text(STAT)
+    # user 100 + nice 5 + system 50 + irq 3 + softirq 2 + steal 10 (guest is within user)
+    assert cpu_ticks(tmp_path / "stat") == (170, 1010)
+    assert cpu_ticks(tmp_path / "absent") is None
+
+
+def test_busy_cores_are_the_busy_share_of_the_ticks_times_the_cpus():
+    n = os.cpu_count()
+    assert busy_cores((100, 400), (400, 800)) == round(0.75 * n, 3)
+    assert busy_cores(None, (400, 800)) is None
+    assert busy_cores((100, 400), (100, 400)) is None  # no time passed
+
+
+def test_a_busy_loop_keeps_at_least_one_core_busy():
+    before, end = cpu_ticks(), time.perf_counter() + 1.0
+    while time.perf_counter() < end:
+        pass
+    # this loop holds one CPU; anything else running only adds
+    assert 0.8 <= busy_cores(before, cpu_ticks()) <= os.cpu_count()
