@@ -48,15 +48,17 @@ def measured(run: Path) -> dict:
         "results_per_hour": float(summary["results_per_hour"]),
         "rel_se": float(rel_se),
         "idle": float(summary["worker_idle_fraction"]),
-        "busy": machine_busy_cores(meta),
+        "busy": segments_mean(meta, "machine_busy_cores"),
+        "process busy": segments_mean(meta, "process_busy_cores"),
     }
 
 
-def machine_busy_cores(meta: dict) -> float:
-    """The machine's mean busy cores over the run (its segments', as the runner records
-    them since runs of 2026-12-06; NaN before): near the cores, the CPU was the bottleneck."""
-    busy = [s["machine_busy_cores"] for s in meta.get("segments", []) if "machine_busy_cores" in s]
-    return float(np.mean(busy)) if busy else math.nan
+def segments_mean(meta: dict, key: str) -> float:
+    """The mean of ``key`` over the run's segments (the cores busy, as the runner records
+    them since runs of 2026-12-06; NaN before): near the machine's cores, the CPU was the
+    bottleneck; the run's process alone is the engines and the orchestrator."""
+    values = [s[key] for s in meta.get("segments", []) if key in s]
+    return float(np.mean(values)) if values else math.nan
 
 
 def predicted(
@@ -167,7 +169,7 @@ def main() -> None:
             row = {"fit": fit.name, "run": run.name, "fit C": fit_c, "C": m["concurrency"]}
             row |= {"measured": m["results_per_hour"]}
             row |= {"noise (1 SE)": m["rel_se"], "idle measured": m["idle"]}
-            row |= {"busy cores measured": m["busy"]}
+            row |= {"busy cores measured": m["busy"], "process cores": m["process busy"]}
             sets = [f"job.concurrency={m['concurrency']}"]
             rows.append(compare(row, fit, sets, args.cores, args.seeds, m, engine, engine_cpu))
     show(rows, args.json)

@@ -41,6 +41,7 @@ def main() -> None:
             row |= {"fit G": f["workers"], "G": m["workers"], "C": m["concurrency"]}
             row |= {"measured": m["results_per_hour"], "noise (1 SE)": m["rel_se"]}
             row |= {"idle measured": m["idle"], "busy cores measured": m["busy"]}
+            row |= {"process cores": m["process busy"]}
             sets = [f"workers={m['workers']}", f"job.cpu.cores={args.cores / m['workers']}"]
             cores = args.cores / f["workers"]
             rows.append(compare(row, fit, sets, cores, args.seeds, m, engine_cpu=engine_cpu))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,26 @@ def busy_cores(before: tuple[int, int] | None, after: tuple[int, int] | None) ->
     if before is None or after is None or after[1] <= before[1] or not os.cpu_count():
         return None
     return round((after[0] - before[0]) / (after[1] - before[1]) * os.cpu_count(), 3)
+
+
+CPU_USE_KEYS = ("machine_busy_cores", "process_busy_cores")
+
+
+class CpuUse:
+    """The CPU used from its creation on: by the whole machine (:func:`busy_cores`) and by
+    this process's threads alone (the engines, the orchestrator, the docker clients; the
+    containers run outside it). The gap between the two is the containers and the daemons."""
+
+    def __init__(self) -> None:
+        self.ticks, self.cpu, self.wall = cpu_ticks(), time.process_time(), time.monotonic()
+
+    def since(self) -> dict[str, float]:
+        """Mean busy cores since creation, as ``CPU_USE_KEYS`` (those that are known)."""
+        wall = time.monotonic() - self.wall
+        use = {"machine_busy_cores": busy_cores(self.ticks, cpu_ticks())}
+        if wall > 0:
+            use["process_busy_cores"] = round((time.process_time() - self.cpu) / wall, 3)
+        return {k: v for k, v in use.items() if v is not None}
 
 
 def machine() -> dict[str, Any]:

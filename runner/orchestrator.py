@@ -37,7 +37,7 @@ from runner.config import RunConfig, portable_path, portable_paths
 from runner.errors import RunFailed
 from runner.es import UpdateRecord, write_checkpoint
 from runner.journal import Journal, drop_torn_tail, read_events
-from runner.machine import busy_cores, cpu_ticks, machine
+from runner.machine import CpuUse, machine
 from runner.rollouts import EPISODE_COLUMNS, JobSpec
 from runner.run_dir import RunDir
 from runner.run_state import RunState
@@ -108,7 +108,7 @@ class Orchestrator:
         try:
             self._start_workers()
             self._offset, self._m0 = self.state.now, time.monotonic()
-            self._ticks0 = cpu_ticks()  # the machine's CPU over this segment (meta.json)
+            self._cpu = CpuUse()  # the cores busy over this segment (meta.json)
             reason = (
                 "resumed: the previous process stopped with these jobs in flight"
                 if resumed
@@ -182,7 +182,7 @@ class Orchestrator:
             reason, status = self._stop_reason, "interrupted"
         else:
             reason, status = "run ended", "finished"
-        end = self.state.end(self._end_time(), reason, busy_cores(self._ticks0, cpu_ticks()))
+        end = self.state.end(self._end_time(), reason, self._cpu.since())
         self._write(end, durable=True)
         self._checkpoint()
         self._flush(force=True)

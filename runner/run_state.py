@@ -20,6 +20,7 @@ import pandas as pd
 
 from runner.config import RunConfig
 from runner.es import Result, UpdateRecord, UpdateRule
+from runner.machine import CPU_USE_KEYS
 from runner.seeds import derive_seed
 from staleness_sim.core import policies
 from staleness_sim.core.driver import VERDICT_NAMES, PolicyDriver, cancel_reason
@@ -199,18 +200,16 @@ class RunState:
         self.segments.append(entry)
         return ev
 
-    def end(self, t: float, reason: str, busy: float | None = None) -> dict[str, Any]:
-        """The run stops (finished, or interrupted): jobs in flight are cancelled. ``busy``
-        (the machine's mean busy cores over the segment) is kept with the segment."""
+    def end(self, t: float, reason: str, cpu: dict[str, float] | None = None) -> dict[str, Any]:
+        """The run stops (finished, or interrupted): jobs in flight are cancelled. ``cpu``
+        (the cores busy over the segment: :class:`~runner.machine.CpuUse`) is kept with
+        the segment."""
         self._tick(t)
         self._stop_all(t, reason)
         self.finished = self.version >= self.config.updates
-        ev: dict[str, Any] = {"e": "end", "t": t, "reason": reason}
-        if busy is not None:
-            ev["machine_busy_cores"] = busy
-            if self.segments:
-                self.segments[-1]["machine_busy_cores"] = busy
-        return ev
+        if cpu and self.segments:
+            self.segments[-1].update(cpu)
+        return {"e": "end", "t": t, "reason": reason, **(cpu or {})}
 
     # -- replay -------------------------------------------------------------------------
     def replay(self, ev: dict[str, Any]) -> None:
@@ -232,7 +231,7 @@ class RunState:
         elif kind == "segment":
             got = self.segment(ev["n"], ev["wall"], ev["t"], ev["reason"], ev.get("machine"))
         elif kind == "end":
-            got = self.end(ev["t"], ev["reason"], ev.get("machine_busy_cores"))
+            got = self.end(ev["t"], ev["reason"], {k: ev[k] for k in CPU_USE_KEYS if k in ev})
         else:
             raise ReplayMismatch(f"unknown journal event {kind!r}")
         mine = got if isinstance(got, dict) else {"e": "wait", "reason": got.reason}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from runner.machine import busy_cores, cpu_model, cpu_ticks, machine
+from runner.machine import CpuUse, busy_cores, cpu_model, cpu_ticks, machine
 
 CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -62,3 +62,13 @@ def test_a_busy_loop_keeps_at_least_one_core_busy():
         pass
     # this loop holds one CPU; anything else running only adds
     assert 0.8 <= busy_cores(before, cpu_ticks()) <= os.cpu_count()
+
+
+def test_cpu_use_tells_this_process_s_busy_loop_from_the_machine_s():
+    use, end = CpuUse(), time.perf_counter() + 1.0
+    while time.perf_counter() < end:
+        pass
+    got = use.since()
+    # the loop holds one core of this process; the machine is busy at least as much
+    assert 0.8 <= got["process_busy_cores"] <= 1.1
+    assert got["process_busy_cores"] - 0.1 <= got["machine_busy_cores"] <= os.cpu_count()

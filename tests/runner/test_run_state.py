@@ -216,10 +216,12 @@ def test_each_segment_keeps_the_machine_it_ran_on_through_a_replay():
 def test_how_busy_the_machine_was_comes_back_with_its_segment_through_a_replay():
     cfg = config(policy={"kind": "sync"})
     state = RunState(cfg, cfg.es.update_rule())
-    events = [state.segment(1, 100.0, 0.0, "started"), state.end(5.0, "interrupted", 1.62)]
+    use = {"machine_busy_cores": 1.62, "process_busy_cores": 1.1}
+    events = [state.segment(1, 100.0, 0.0, "started"), state.end(5.0, "interrupted", use)]
     events += [state.segment(2, 200.0, 5.0, "resumed"), state.end(9.0, "killed")]
     again = RunState(cfg, cfg.es.update_rule())
     for ev in json.loads(json.dumps(events)):
         again.replay(ev)
     assert [s.get("machine_busy_cores") for s in again.segments] == [1.62, None]
+    assert [s.get("process_busy_cores") for s in again.segments] == [1.1, None]
     assert again.segments == state.segments
