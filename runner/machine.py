@@ -52,8 +52,8 @@ CPU_USE_KEYS = ("machine_busy_cores", "process_busy_cores")
 
 class CpuUse:
     """The CPU used from its creation on: by the whole machine (:func:`busy_cores`) and by
-    this process's threads alone (the engines, the orchestrator, the docker clients; the
-    containers run outside it). The gap between the two is the containers and the daemons."""
+    this process's threads alone (the orchestrator and, with local workers, their engines
+    and docker clients; Ray workers and the containers run outside it)."""
 
     def __init__(self) -> None:
         self.ticks, self.cpu, self.wall = cpu_ticks(), time.process_time(), time.monotonic()
