@@ -56,7 +56,8 @@ def measured(run: Path) -> dict:
 def segments_mean(meta: dict, key: str) -> float:
     """The mean of ``key`` over the run's segments (the cores busy, as the runner records
     them since runs of 2026-12-06; NaN before): near the machine's cores, the CPU was the
-    bottleneck; the run's process alone is the engines and the orchestrator."""
+    bottleneck; the run's own process is the orchestrator and, with local workers, their
+    engines."""
     values = [s[key] for s in meta.get("segments", []) if key in s]
     return float(np.mean(values)) if values else math.nan
 

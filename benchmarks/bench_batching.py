@@ -177,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def provenance(rows: list[dict]) -> str:
     """YAML comments saying when, where and how fast the engine was measured: its demand
-    differed by a tenth of a core between two processors and by 0.02 within a sitting, so
-    a file is used with runs on the processor it names."""
+    differed by a tenth of a core between two processors, by 0.07 between two sessions on
+    one, and by 0.02 within a sitting, so a file is used with runs of its own sitting."""
     m = machine()
     speed = ", ".join(f"{r['sessions']}: {r['continuous_tok_s']}" for r in rows)
     return (
