@@ -26,6 +26,7 @@ import yaml
 
 from staleness_sim import simulate
 from staleness_sim.core.metrics import summarize
+from staleness_sim.core.trace import TraceError
 from staleness_sim.durations.engine_model import EngineSpec
 from staleness_sim.validation import scenario_from_run
 from staleness_sim.validation.turn_fit import engine_cpu_fields
@@ -74,16 +75,22 @@ def predicted(
 ) -> dict:
     """Mean results per hour and idle fraction of ``seeds`` simulations of the run ``fit``
     with ``sets``: ``how`` is ``moment`` (the turn model with ``cores`` shared moment by
-    moment, the engine wanting all of them), ``cpu`` (with ``job.cpu`` of ``cores``),
+    moment, the engine wanting all of them), ``moment fitted`` (the same, what a timed part
+    and the engine want fitted to the run's recorded busy cores: ``--cpu-share
+    measured``; NaN for a run that recorded none), ``cpu`` (with ``job.cpu`` of ``cores``),
     ``turns`` (without) or ``empirical`` (the run's job durations: ``job.*`` sets dropped,
     as they cannot change them). ``engine`` replaces the decode curve fitted from the run
     (one measured apart, ``benchmarks/engine_curve.py``: taken as uncontended);
-    ``engine_cpu`` the engine's own CPU demand (``--engine-cpu``; ``moment`` only)."""
+    ``engine_cpu`` the engine's own CPU demand (``--engine-cpu``; the moment ways only)."""
     sets = [f"updates={updates}", *sets]
-    if how == "moment":
-        scenario = scenario_from_run(
-            fit, sets, "turns", cores=cores, cpu_share="moment", engine_cpu=engine_cpu
-        )
+    if how in ("moment", "moment fitted"):
+        share = "measured" if how == "moment fitted" else "moment"
+        try:
+            scenario = scenario_from_run(
+                fit, sets, "turns", cores=cores, cpu_share=share, engine_cpu=engine_cpu
+            )
+        except TraceError:  # moment fitted: a run from before the busy cores were recorded
+            return {"results_per_hour": math.nan, "idle": math.nan}
     elif how == "empirical":
         sets = [s for s in sets if not s.startswith("job.")]
         scenario = scenario_from_run(fit, sets, "empirical")
@@ -113,7 +120,7 @@ def compare(
 ) -> dict:
     """``row`` with each way's prediction of the measured ``m``, its error and idle."""
     updates = json.loads((fit / "summary.json").read_text())["updates"]
-    for how in ("moment", "cpu", "turns", "empirical"):
+    for how in ("moment", "moment fitted", "cpu", "turns", "empirical"):
         pr = predicted(fit, sets, how, cores, seeds, updates, engine, engine_cpu)
         row[how] = pr["results_per_hour"]
         row[f"{how} error"] = pr["results_per_hour"] / m["results_per_hour"] - 1

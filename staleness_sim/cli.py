@@ -114,11 +114,12 @@ def _add_run_model(p: argparse.ArgumentParser, prefix: str = "") -> None:
 def _cpu_share_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cpu-share",
-        choices=("job", "moment"),
+        choices=("job", "moment", "measured"),
         default="job",
         help="with --cores: how the K CPUs are shared: job (default: every part of a job "
-        "slows by the job's mean demand over K) or moment (max-min fairly moment by moment "
-        "among the parts running then; the job's cpu.share)",
+        "slows by the job's mean demand over K), moment (max-min fairly moment by moment "
+        "among the parts running then; the job's cpu.share) or measured (moment by moment, "
+        "what a timed part and the engine want fitted to the busy cores the run recorded)",
     )
     p.add_argument(
         "--engine-cpu",
@@ -340,7 +341,7 @@ def _fit_turns(args: argparse.Namespace) -> int:
     if not args.data.is_dir():
         raise ValueError(f"--durations turns fits a run directory, got {args.data}")
     if args.cpu_share != "job" and args.cores is None:
-        raise ValueError("--cpu-share moment needs --cores K")
+        raise ValueError(f"--cpu-share {args.cpu_share} needs --cores K")
     job, what = turn_job(
         read_run(args.data), cores=args.cores, share=args.cpu_share, engine_cpu=_engine_cpu(args)
     )

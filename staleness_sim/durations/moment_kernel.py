@@ -34,23 +34,24 @@ except ImportError:  # the fast extra is not installed: plain Python runs
 IDLE, TIMED, DECODING = 0, 1, 2
 
 
-def shares(n_timed, batch, cores, threads, demand):
-    """``(timed rate, engine rate)``: the share of a core each of ``n_timed`` timed threads
-    gets, and the share of its demand ``demand`` (cores, over ``threads`` threads) the
-    engine gets while decoding ``batch > 0`` sequences; 1 where the cores suffice, and
-    where there is no such thread. The water level of max-min fairness in closed
-    form for two kinds of thread: the smaller wants are met first if the level allows."""
+def shares(n_timed, batch, cores, threads, demand, part):
+    """``(timed rate, engine rate)``: the share of its want ``part`` (cores) each of
+    ``n_timed`` timed threads gets, and the share of its demand ``demand`` (cores, over
+    ``threads`` threads) the engine gets while decoding ``batch > 0`` sequences; 1 where
+    the cores suffice, and where there is no such thread. The water level of max-min
+    fairness in closed form for two kinds of thread: the smaller wants are met first if
+    the level allows, and the other kind shares what they leave."""
     if batch == 0:
-        return (min(1.0, cores / n_timed) if n_timed > 0 else 1.0), 1.0
-    if n_timed + demand <= cores:
+        return (min(part, cores / n_timed) / part if n_timed > 0 else 1.0), 1.0
+    if n_timed * part + demand <= cores:
         return 1.0, 1.0
     each = demand / threads  # what one engine thread wants
     level = cores / (n_timed + threads)  # every thread's share if none is met in full
-    if each <= 1.0 and each <= level:  # the engine's threads are met; timed share the rest
-        return (cores - demand) / n_timed, 1.0
-    if each > 1.0 and level >= 1.0:  # the timed threads are met; the engine has the rest
-        return 1.0, (cores - n_timed) / demand
-    return (level if n_timed > 0 else 1.0), level / each
+    if each <= part and each <= level:  # the engine's threads are met; timed share the rest
+        return (cores - demand) / (n_timed * part), 1.0
+    if each > part and level >= part:  # the timed threads are met; the engine has the rest
+        return 1.0, (cores - n_timed * part) / demand
+    return (level / part if n_timed > 0 else 1.0), level / each
 
 
 def _demand(batch, xs, ys):
@@ -65,7 +66,7 @@ def _demand(batch, xs, ys):
 
 def _jobs(turns, start, end, first, prompt, reply, command, c, episodes, base, per_ctx,
           per_batch, prefill, timeout, cores, threads, demand_batch, demand_cores,
-          out):  # fmt: skip
+          part, out):  # fmt: skip
     """Every job of the block, one after the other; ``out[0, j]`` is job ``j``'s makespan.
     Per session: ``phase``, ``left`` (a timed part's uncontended seconds, a decode's
     tokens), ``deadline`` and the turn it is at, as in the compiled turn kernel."""
@@ -87,7 +88,7 @@ def _jobs(turns, start, end, first, prompt, reply, command, c, episodes, base, p
             n_timed += 1
         while busy > 0:
             demand = _demand(max(batch, 1), demand_batch, demand_cores)
-            r_timed, r_engine = shares(n_timed, batch, cores, threads, demand)
+            r_timed, r_engine = shares(n_timed, batch, cores, threads, demand, part)
             bb = max(batch, 1)
             step = max(base[bb] + per_ctx * held, per_batch * bb) / r_engine
             # the next event: the first session whose part ends or whose deadline comes
@@ -157,7 +158,8 @@ def moment_jobs(engine, episodes: int, timeout: float, c: int, cpu):
     run = _jobs if plain else _compiled
     batch, demand = cpu.demand_curve()
     args = (c, episodes, base, per_ctx, per_batch, float(engine.prefill_s_per_token),
-            float(timeout), float(cpu.cores), float(cpu.threads), batch, demand)  # fmt: skip
+            float(timeout), float(cpu.cores), float(cpu.threads), batch, demand,
+            float(cpu.timed_demand))  # fmt: skip
 
     def simulate(eps, n: int) -> np.ndarray:
         # plain Python holds the GIL: threads would only take turns

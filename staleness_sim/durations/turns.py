@@ -146,7 +146,12 @@ class CpuShare(BaseModel):
     ``share: moment``: the cores are shared max-min fairly moment by moment among the timed
     parts (a thread each) and the engine (``engine_threads`` threads, default one a core,
     wanting ``engine_demand`` or, by batch, ``engine_cores``), each part advancing at its
-    share (:mod:`~staleness_sim.durations.moment_kernel`)."""
+    share (:mod:`~staleness_sim.durations.moment_kernel`).
+
+    ``timed_demand`` (default 1): the cores a session in a timed part wants; below 1 where
+    a command mostly waits (on its container, on the docker daemon), so that a few
+    sessions leave cores idle. Fitted from a run's recorded busy cores by ``--cpu-share
+    measured`` (:func:`~staleness_sim.validation.moment_fit.fit_wants`)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -155,6 +160,7 @@ class CpuShare(BaseModel):
     share: Literal["job", "moment"] = "job"
     engine_threads: Annotated[int, Field(ge=1)] | None = None
     engine_cores: DemandCurve | None = None
+    timed_demand: Annotated[float, Field(gt=0)] = 1.0
 
     @model_validator(mode="after")
     def _one_demand(self) -> CpuShare:
@@ -186,7 +192,7 @@ class CpuShare(BaseModel):
         """The factor of jobs whose sessions spent ``timed`` session-seconds in timed parts
         and whose engine decoded ``decoding`` seconds of a makespan ``span``."""
         with np.errstate(invalid="ignore", divide="ignore"):
-            demand = (timed + self.engine * decoding) / span
+            demand = (self.timed_demand * timed + self.engine * decoding) / span
         return np.maximum(1.0, np.nan_to_num(demand, nan=0.0) / self.cores)
 
 
@@ -317,7 +323,12 @@ class TurnJob:
             if self.cpu.engine_cores is not None:
                 want = f"{min(self.cpu.engine_cores.cores):g}-{max(self.cpu.engine_cores.cores):g}"
             how = "moment by moment" if self.cpu.share == "moment" else "a mean per job"
-            cpu = f"; containers and engine (wanting {want}) share {self.cpu.cores:g} cores ({how})"
+            part = self.cpu.timed_demand
+            each = "" if part == 1 else f", a timed part {part:.3g}"
+            cpu = (
+                f"; containers and engine (wanting {want}{each}) share {self.cpu.cores:g} cores"
+                f" ({how})"
+            )
         return (
             f"makespan of {self.episodes} episodes over {self.concurrency} sessions sharing "
             f"one engine ({self.engine.describe()}); {self.source.describe()}{cut}{cpu}"

@@ -27,7 +27,7 @@ from staleness_sim.validation.run import (
     need_jobs,
     read_run,
 )
-from staleness_sim.validation.turn_fit import turn_job
+from staleness_sim.validation.turn_fit import CPU_SHARES, turn_job
 
 DURATION_MODELS = ("empirical", "fitted", "episodes", "turns")
 VERSION_EFFECT = ("auto", "on", "off")
@@ -105,8 +105,8 @@ def model_from_run(
             raise ValueError("give cores (within a worker) or capacity (across workers), not both")
         if not cores > 0:
             raise ValueError(f"cores must be > 0, got {cores}")
-    if cpu_share not in ("job", "moment"):
-        raise ValueError(f"cpu_share must be job or moment, got {cpu_share!r}")
+    if cpu_share not in CPU_SHARES:
+        raise ValueError(f"cpu_share must be one of {', '.join(CPU_SHARES)}, got {cpu_share!r}")
     if cpu_share != "job" and cores is None:
         raise ValueError("a CPU shared moment by moment needs cores (--cores K)")
     values, censored, jobs = job_durations(run)

@@ -26,7 +26,7 @@ from scipy import optimize
 
 from staleness_sim.core.trace import TraceError
 from staleness_sim.durations import CpuShare
-from staleness_sim.validation.moment_fit import uncontended
+from staleness_sim.validation.moment_fit import RunPieces, fit_wants, recorded_busy, uncontended
 from staleness_sim.validation.run import MeasuredRun, completed_jobs, need_jobs
 
 NEEDS = ("job_id", "index", "turns", "tokens_in", "tokens_out", "generation_s",
@@ -200,6 +200,7 @@ def _union(start: np.ndarray, end: np.ndarray) -> float:
 
 
 ENGINE_CPU_KEYS = ("engine_demand", "engine_threads", "engine_cores")
+CPU_SHARES = ("job", "moment", "measured")  # --cpu-share: measured is moment, wants fitted
 
 
 def engine_cpu_fields(data: Any, source: str) -> dict:
@@ -253,12 +254,12 @@ def turn_job(
     if engine_cpu and cores is None:
         raise ValueError("the engine's CPU (--engine-cpu) goes with --cores")
     moment_only = [k for k in ("engine_threads", "engine_cores") if k in engine_cpu]
-    if moment_only and share != "moment":
+    if moment_only and share == "job":
         raise ValueError(f"the engine's CPU: {moment_only[0]} goes with --cpu-share moment")
     eps = run_episodes(run, scale)
     d, c = int(run.config["episodes_per_job"]), int(run.config["concurrency"])
     cpu_what = ""
-    if cores is not None and share == "moment":
+    if cores is not None and share in ("moment", "measured"):
         if not per_turn(eps):
             raise TraceError("a CPU shared moment by moment needs the run's per-turn records")
         jobs = run.trace.jobs
@@ -268,9 +269,17 @@ def turn_job(
         g = max(int(run.scenario.get("workers", 1)), 1)
         wants = engine_cpu or {"engine_threads": each.threads, "engine_demand": each.engine}
         machine = CpuShare(cores=cores * g, share="moment", **wants)
-        eps, how_much = uncontended(eps, worker, machine)
+        pieces = RunPieces(eps, worker)
+        fitted = ""
+        if share == "measured":  # the wants, from the busy cores the run recorded
+            machine, fitted = fit_wants(pieces, machine, recorded_busy(run))
+            keys = ("timed_demand", "engine_threads", "engine_demand", "engine_cores")
+            engine_cpu = machine.model_dump(mode="json", include=set(keys), exclude_none=True)
+        eps, how_much = uncontended(eps, worker, machine, pieces)
         cpu_what = f"; containers and engine shared {cores:g} cores moment by moment: {how_much}"
-        if engine_cpu:
+        if fitted:
+            cpu_what += f" ({fitted})"
+        elif engine_cpu:
             cpu_what += (
                 f" (the engine wanting {_wants(engine_cpu)} in each of the run's {g} workers)"
             )
@@ -298,6 +307,6 @@ def turn_job(
     )
     job = {"episodes": d, "concurrency": c, "turns": turns, "engine": engine}
     if cores is not None:
-        job["cpu"] = {"cores": float(cores)} | ({"share": "moment"} if share == "moment" else {})
+        job["cpu"] = {"cores": float(cores)} | ({"share": "moment"} if share != "job" else {})
         job["cpu"] |= engine_cpu
     return job, what + cpu_what

@@ -60,16 +60,18 @@ def water_fill(wants: list[float], cores: float) -> list[float]:
 
 
 @pytest.mark.parametrize("cores", [0.5, 1.0, 2.0, 3.5])
-def test_the_shares_are_max_min_fair(cores):
+@pytest.mark.parametrize("part", [1.0, 0.25, 0.6, 1.5])
+def test_the_shares_are_max_min_fair(cores, part):
+    # ``part``: what a timed thread wants (timed_demand); its rate is its share over that
     for n, batch, threads, demand in itertools.product(
         range(7), (0, 1, 5), (1, 2, 4), (0.3, 1.0, 1.7, 2.0, 5.0)
     ):
         engine = [demand / threads] * threads if batch else []
-        got = water_fill([1.0] * n + engine, cores)
-        timed = got[0] if n else 1.0
+        got = water_fill([part] * n + engine, cores)
+        timed = got[0] / part if n else 1.0
         expect_engine = sum(got[n:]) / demand if batch else 1.0
-        r_timed, r_engine = shares(n, batch, cores, threads, demand)
-        case = (n, batch, threads, demand, cores)
+        r_timed, r_engine = shares(n, batch, cores, threads, demand, part)
+        case = (n, batch, threads, demand, cores, part)
         assert r_timed == pytest.approx(timed, rel=1e-9, abs=1e-12), case
         assert r_engine == pytest.approx(expect_engine, rel=1e-9), case
 
