@@ -108,7 +108,7 @@ def model_from_run(
     if cpu_share not in CPU_SHARES:
         raise ValueError(f"cpu_share must be one of {', '.join(CPU_SHARES)}, got {cpu_share!r}")
     if cpu_share != "job" and cores is None:
-        raise ValueError("a CPU shared moment by moment needs cores (--cores K)")
+        raise ValueError(f"--cpu-share {cpu_share} (a CPU shared moment by moment) needs --cores K")
     values, censored, jobs = job_durations(run)
     need_jobs(run, len(values))
     if capacity is not None:

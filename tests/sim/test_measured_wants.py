@@ -175,3 +175,19 @@ def test_a_killed_segment_is_left_out_and_the_others_kept():
     rows = recorded_busy(run)
     assert rows.shape == (1, 4) and rows[0, 0] == 50.0
     assert rows[0, 2:] == pytest.approx([1.283, 0.802])
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["fit", str(BUSY_RUN), "--durations", "turns"], "--cpu-share measured needs --cores K"),
+        (["run", "--from-run", str(BUSY_RUN), "--durations", "turns"],
+         "--cpu-share measured (a CPU shared moment by moment) needs --cores K"),
+        (["run", "--from-run", str(BUSY_RUN), "--durations", "turns", "--cores", "2",
+          "--set", "job.cpu.timed_demand=0"], "job.cpu.timed_demand: Input should be greater"),
+    ],
+)  # fmt: skip
+def test_bad_measured_sharing_exits_2_naming_what(args, message, capsys):
+    assert main([*args, "--cpu-share", "measured"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err
