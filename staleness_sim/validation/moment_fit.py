@@ -24,22 +24,10 @@ from staleness_sim.durations import CpuShare
 from staleness_sim.validation.run import MeasuredRun
 
 
-def fair_level(wants: np.ndarray, cores: float) -> float:
-    """The water level of max-min fair shares of ``cores`` among threads wanting ``wants``
-    (inf where all are met)."""
-    left, m = cores, len(wants)
-    for i, want in enumerate(np.sort(wants)):
-        share = left / (m - i)
-        if want > share:
-            return share
-        left -= want
-    return np.inf
-
-
 def fair_levels(wants: np.ndarray, counts: np.ndarray, cores: float) -> np.ndarray:
     """Row by row, the water level of max-min fair shares of ``cores`` among ``counts[k]``
-    threads each wanting ``wants[k]`` (inf where all are met): :func:`fair_level` over
-    groups of equal wants, for every moment at once."""
+    threads each wanting ``wants[k]`` (inf where all are met): water-filling over groups
+    of equal wants, the smaller met first while the level allows, every moment at once."""
     order = np.argsort(wants, axis=1, kind="stable")
     want = np.take_along_axis(wants, order, axis=1)
     count = np.take_along_axis(counts, order, axis=1).astype(float)
@@ -171,7 +159,7 @@ def uncontended(eps: pd.DataFrame, worker: pd.Series, cpu: CpuShare,
     return out, what
 
 
-BUSY_KEYS = ("machine_busy_cores", "process_busy_cores")
+BUSY_KEYS = ("machine_busy_cores", "process_busy_cores")  # the runner's CPU_USE_KEYS
 
 
 def recorded_busy(run: MeasuredRun) -> np.ndarray:

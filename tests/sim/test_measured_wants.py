@@ -17,13 +17,7 @@ from staleness_sim.cli import main
 from staleness_sim.core.trace import TraceError
 from staleness_sim.durations import CpuShare
 from staleness_sim.validation import read_run, validate_run
-from staleness_sim.validation.moment_fit import (
-    RunPieces,
-    fair_level,
-    fair_levels,
-    fit_wants,
-    recorded_busy,
-)
+from staleness_sim.validation.moment_fit import RunPieces, fair_levels, fit_wants, recorded_busy
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = ROOT / "examples" / "runs"
@@ -36,6 +30,17 @@ def one_turn_episodes(*rows) -> pd.DataFrame:
         [{"job_id": job, "turns": 1, "start_time": t0, "end_time": t1,
           "turn_start": [s], "turn_gen_s": [gen]} for job, t0, t1, s, gen in rows]
     )  # fmt: skip
+
+
+def fair_level(wants: np.ndarray, cores: float) -> float:
+    """The water level thread by thread: the smallest wants met first while the even share
+    of what is left covers them (inf where all are met)."""
+    left, m = cores, len(wants)
+    for i, want in enumerate(np.sort(wants)):
+        if want > left / (m - i):
+            return left / (m - i)
+        left -= want
+    return np.inf
 
 
 def test_the_levels_of_groups_are_the_levels_of_their_threads():

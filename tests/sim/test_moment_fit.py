@@ -14,7 +14,7 @@ import pytest
 from staleness_sim.cli import main
 from staleness_sim.durations import CpuShare
 from staleness_sim.validation import validate_run
-from staleness_sim.validation.moment_fit import fair_level, uncontended
+from staleness_sim.validation.moment_fit import fair_levels, uncontended
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = ROOT / "examples" / "runs"
@@ -59,7 +59,9 @@ def test_two_workers_engines_share_the_machine():
     [([1, 1, 1], 2, 2 / 3), ([0.2, 1, 1], 1.2, 0.5), ([0.5, 0.5], 2, np.inf), ([3], 2, 2)],
 )
 def test_the_fair_level(wants, cores, level):
-    assert fair_level(np.asarray(wants, float), cores) == pytest.approx(level)
+    one_row = lambda x: np.asarray([x], float)  # noqa: E731
+    got = fair_levels(one_row(wants), one_row([1] * len(wants)), cores)[0]
+    assert got == pytest.approx(level)
 
 
 @pytest.mark.parametrize(
