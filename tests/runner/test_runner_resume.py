@@ -49,7 +49,10 @@ def wait_for(run: Path, proc: subprocess.Popen, commits: int, running: bool, tim
 
 
 def containers_of(engine, pid: int) -> list:
-    found = engine.containers.list(all=True, filters={"label": f"{LABEL_SANDBOX}=1"})
+    # a container removed between the listing and its inspection is gone: not an error
+    found = engine.containers.list(
+        all=True, filters={"label": f"{LABEL_SANDBOX}=1"}, ignore_removed=True
+    )
     return [c for c in found if f'"pid": {pid},' in c.labels.get("es-runner.owner", "")]
 
 

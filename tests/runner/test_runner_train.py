@@ -24,7 +24,9 @@ def train(*args: str) -> int:
 def own_containers(engine) -> list:
     """Sandbox containers this test process still owns."""
     mine = f'"pid": {os.getpid()},'
-    found = engine.containers.list(all=True, filters={"label": f"{LABEL_SANDBOX}=1"})
+    found = engine.containers.list(  # one removed between listing and inspecting is gone
+        all=True, filters={"label": f"{LABEL_SANDBOX}=1"}, ignore_removed=True
+    )
     return [c for c in found if mine in c.labels.get("es-runner.owner", "")]
 
 

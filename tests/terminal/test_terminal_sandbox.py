@@ -213,7 +213,9 @@ def test_ctrl_c_removes_running_sandboxes(docker_client, no_leak):
     # atexit removed the containers the process still held.
     labels = {
         c.labels.get("es-runner.task")
-        for c in docker_client.containers.list(all=True, filters={"label": LABEL_SANDBOX})
+        for c in docker_client.containers.list(
+            all=True, filters={"label": LABEL_SANDBOX}, ignore_removed=True
+        )
     }
     assert not labels & {"ctrlc0", "ctrlc1", "ctrlc2"}
 
