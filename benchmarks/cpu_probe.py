@@ -22,11 +22,22 @@ import multiprocessing as mp
 import time
 from pathlib import Path
 
-WORKLOADS = ("torch", "python")
+WORKLOADS = ("torch", "python", "weights")
 
 
 def _torch_step(state):
     state["y"] = state["x"] @ state["w"]
+
+
+def _weights_step(state):
+    """One decode step of batch 4 through matrices of the m6 model's shapes (6 layers,
+    hidden 384, 12 of 24 heads for keys and values, MLP 768: 32 MB of float32, as large
+    as the L3 cache the 2 cores share), so that two at once contend for cache and memory."""
+    x = state["x"][:4]
+    for inputs, up, down in state["layers"]:
+        for w in inputs:
+            x @ w
+        x = (x @ up) @ down
 
 
 def _python_step(state):
@@ -43,6 +54,16 @@ def _count(workload: str, seconds: float, start, results) -> None:
 
         torch.set_num_threads(1)
         state, step = {"x": torch.randn(16, 384), "w": torch.randn(384, 1536)}, _torch_step
+    elif workload == "weights":
+        import torch
+
+        torch.set_num_threads(1)
+        d, kv, mlp = 384, 192, 768
+        layers = [
+            ([torch.randn(d, n) for n in (d, kv, kv, d, mlp)], torch.randn(d, mlp), torch.randn(mlp, d))
+            for _ in range(6)
+        ]
+        state, step = {"x": torch.randn(4, d), "layers": layers}, _weights_step
     else:
         state, step = {}, _python_step
     for _ in range(20):  # warm caches and allocators before the clock starts
