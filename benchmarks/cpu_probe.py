@@ -60,7 +60,11 @@ def _count(workload: str, seconds: float, start, results) -> None:
         torch.set_num_threads(1)
         d, kv, mlp = 384, 192, 768
         layers = [
-            ([torch.randn(d, n) for n in (d, kv, kv, d, mlp)], torch.randn(d, mlp), torch.randn(mlp, d))
+            (
+                [torch.randn(d, n) for n in (d, kv, kv, d, mlp)],
+                torch.randn(d, mlp),
+                torch.randn(mlp, d),
+            )
             for _ in range(6)
         ]
         state, step = {"x": torch.randn(4, d), "layers": layers}, _weights_step
