@@ -108,6 +108,9 @@ def predicted(
     }
 
 
+WAYS = ("moment", "moment fitted", "cpu", "turns", "empirical")  # as ``predicted`` knows them
+
+
 def compare(
     row: dict,
     fit: Path,
@@ -120,7 +123,7 @@ def compare(
 ) -> dict:
     """``row`` with each way's prediction of the measured ``m``, its error and idle."""
     updates = json.loads((fit / "summary.json").read_text())["updates"]
-    for how in ("moment", "moment fitted", "cpu", "turns", "empirical"):
+    for how in WAYS:
         pr = predicted(fit, sets, how, cores, seeds, updates, engine, engine_cpu)
         row[how] = pr["results_per_hour"]
         row[f"{how} error"] = pr["results_per_hour"] / m["results_per_hour"] - 1

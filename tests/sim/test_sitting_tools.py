@@ -68,3 +68,29 @@ def test_cpu_probe_refuses_a_time_that_is_not_positive():
     out = run_bench("cpu_probe.py", "--seconds", "0")
     assert out.returncode == 2
     assert "--seconds must be > 0" in out.stderr
+
+
+def test_pooled_sets_the_mean_prediction_against_the_mean_run():
+    sys.path.insert(0, str(BENCH))
+    try:
+        from across_workers import WAYS, pooled
+    finally:
+        sys.path.remove(str(BENCH))
+    g1, g2 = {"A": 100.0, "B": 110.0}, {"X": 150.0, "Y": 170.0}
+    predicted = {("A", 2): 160.0, ("B", 2): 180.0, ("X", 1): 99.0, ("Y", 1): 111.0}
+    predicted |= {("A", 1): 1e9, ("X", 2): 1e9}  # same-G replays: left out of the pool
+    runs = {**{r: (1, m) for r, m in g1.items()}, **{r: (2, m) for r, m in g2.items()}}
+    rows = []
+    for fit, (fit_g, _) in runs.items():
+        for run, (g, measured) in runs.items():
+            if run == fit or (fit, g) not in predicted:
+                continue
+            row = {"fit": fit, "run": run, "fit G": fit_g, "G": g, "measured": measured}
+            rows.append(row | {way: predicted[fit, g] for way in WAYS})
+    out = {(r["fit G"], r["G"]): r for r in pooled(rows)}
+    assert set(out) == {(1, 2), (2, 1)}
+    up, down = out[1, 2], out[2, 1]
+    assert (up["fits"], up["runs"], up["measured"]) == (2, 2, 160.0)
+    assert up["moment fitted"] == 170.0
+    assert up["moment fitted error"] == pytest.approx(170 / 160 - 1)
+    assert down["measured"] == 105.0 and down["cpu error"] == pytest.approx(0.0)
