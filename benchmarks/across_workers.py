@@ -62,7 +62,7 @@ def main() -> None:
     rows = []
     for fit, f in meas.items():
         for run, m in meas.items():
-            if run == fit:
+            if run == fit or (args.pooled and m["workers"] == f["workers"]):  # replays unused
                 continue
             row = {"fit": fit.name, "run": run.name}  # which row is which, among repeats
             row |= {"fit G": f["workers"], "G": m["workers"], "C": m["concurrency"]}
