@@ -506,7 +506,7 @@ def _report(args: argparse.Namespace) -> int:
         return report_command(args)
     if not is_trace_folder(args.folder):
         raise ValueError(
-            f"{args.folder}: neither a sweep (results.parquet) nor a run (jobs.parquet)"
+            f"{args.folder}: no results.parquet (a sweep's) and no jobs.parquet (a run's)"
         )
     if args.predicted and args.predict:
         raise ValueError("give --predicted DIR or --predict, not both")

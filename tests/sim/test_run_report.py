@@ -143,7 +143,7 @@ def test_cli_dispatches_on_the_folder_and_run_report_is_one_step(tmp_path, capsy
     assert (tmp_path / "m" / "report.md").is_file() and not (tmp_path / "m/report.html").exists()
     capsys.readouterr()
     assert main(["report", str(tmp_path)]) == 2
-    assert "neither a sweep" in capsys.readouterr().err
+    assert "no results.parquet" in capsys.readouterr().err
     assert main(["run", config, "--report"]) == 2
     assert "--out" in capsys.readouterr().err
     assert main(["report", str(MEASURED), "--window", "9:3", "--out", str(tmp_path / "w")]) == 2
