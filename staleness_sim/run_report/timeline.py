@@ -82,7 +82,7 @@ def draw_timeline(ax, trace: Trace, window: tuple[float, float] | None = None, t
         if state == "busy":
             colours = [cmap(int(v) % cmap.N) if pd.notna(v) else "grey" for v in group["version"]]
             hatches = ["////" if c else "" for c in group["cancelled"].fillna(False)]
-            coll = ax.broken_barh(spans, y, facecolors=colours, edgecolor="none")
+            coll = ax.broken_barh(spans, y, facecolors=colours, edgecolor="white", linewidth=0.3)
             coll.set_gid(f"busy/{worker}")
             for (start, width), v in zip(spans, group["version"], strict=True):
                 if pd.notna(v) and width >= LABEL_MIN_WIDTH * span and len(bars) < 600:
