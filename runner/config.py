@@ -157,6 +157,24 @@ class EvalConfig(_Strict):
     max_tasks: PosInt | None = None  # evaluate on the first K tasks of the split only
 
 
+TrackerName = Literal["console", "jsonl", "tensorboard", "wandb", "mlflow"]
+
+
+class LoggingConfig(_Strict):
+    """``logging:``: where live metrics go (runner/tracking/, the table in docs/runner.md)."""
+
+    to: list[TrackerName] = ["jsonl"]
+    project: str | None = None  # the W&B project / MLflow experiment (default: the run's name)
+
+    @field_validator("to")
+    @classmethod
+    def _once_each(cls, value: list[str]) -> list[str]:
+        twice = sorted({v for v in value if value.count(v) > 1})
+        if twice:
+            raise ValueError(f"names {', '.join(twice)} more than once")
+        return value
+
+
 class RunConfig(_Strict):
     name: str = "run"
     seed: NonNegInt = 0
@@ -182,6 +200,7 @@ class RunConfig(_Strict):
     backend: Literal["local", "ray"] = "local"
     # members dispatched at one version share task batch and sampling seed (as published)
     common_random_numbers: bool = True
+    logging: LoggingConfig = LoggingConfig()  # live metrics: console, jsonl, tensorboard, ...
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:

@@ -116,8 +116,11 @@ def success_gain(rows: pd.DataFrame, before: int, after: int) -> dict[str, float
 class Evaluator:
     """Evaluates committed versions in the background, on its own copy of the weights."""
 
-    def __init__(self, run: RunDir, config: RunConfig, pool: TaskPool, client, builder) -> None:
+    def __init__(
+        self, run: RunDir, config: RunConfig, pool: TaskPool, client, builder, tracker=None
+    ) -> None:
         self.run, self.config, self.pool = run, config, pool
+        self.tracker = tracker  # live metrics (runner.tracking), or None
         self.client, self.builder = client, builder
         self._queue: queue.Queue = queue.Queue()
         self._abort = threading.Event()
@@ -171,6 +174,8 @@ class Evaluator:
                 )  # fmt: skip
                 if not self._abort.is_set():
                     self.run.merge_eval(rows)
+                    if self.tracker is not None:
+                        self.tracker.evaluated(rows)
                     log.info("evaluated version %d: success %.3f", version, rows["passed"].mean())
             except Exception as exc:  # noqa: BLE001 - evaluation never stops training
                 trace = None if isinstance(exc, UserError) else exc  # a user's error: one line

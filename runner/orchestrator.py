@@ -77,10 +77,12 @@ class Orchestrator:
         progress=None,
         evaluator=None,
         worker_class=None,
+        tracker=None,
     ) -> None:
         self.run_dir, self.config, self.pool = run, config, pool
         self.client, self.builder = client, builder
         self.progress, self.evaluator = progress, evaluator
+        self.tracker = tracker  # live metrics (runner.tracking), or None
         # Builds worker i: LocalWorker, or a Ray actor's handle with backend: ray.
         self.worker_class = worker_class or worker_factory(config)
         self.rule = config.es.update_rule()
@@ -88,6 +90,7 @@ class Orchestrator:
         self._offset = 0.0
         self._m0 = time.monotonic()
         self.stats = {"controller_s": 0.0, "journal_s": 0.0, "flush_s": 0.0, "sync_s": 0.0}
+        self.stats["tracking_s"] = 0.0
 
     # -- the clock: run time, continuous across resumes ---------------------------------
     def clock(self) -> float:
@@ -98,6 +101,9 @@ class Orchestrator:
         events, _ = read_events(self.run_dir.journal_path)
         for ev in events:
             self.state.replay(ev)
+        # what the trackers already have: a resumed run logs only the updates they lack
+        self._logged = {e["version"] for e in events if e["e"] == "logged"}
+        self._members = {e["version"]: e["jobs"] for e in events if e["e"] == "commit"}
         if self.state.finished:
             return RunOutcome("finished", self.state.version, "the run had already finished")
         if self.evaluator is not None:  # versions a stopped run did not get to evaluate
@@ -164,6 +170,8 @@ class Orchestrator:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.stop, f"interrupted ({signal.Signals(sig).name})")
         try:
+            for version in range(1, self.state.version + 1):
+                self._track(version)  # (only those a stopped process did not log)
             while self.state.policy.ready() and not self._finished():
                 self._commit()  # a result landed before the previous process could commit
             if self._finished():
@@ -313,6 +321,8 @@ class Orchestrator:
         for job in ev["cancel"]:
             self._abort(job)
         version = ev["version"]
+        self._members[version] = ev["jobs"]
+        self._track(version)
         every = self.config.checkpoint_every
         if every and version % every == 0:
             self._checkpoint()
@@ -320,6 +330,18 @@ class Orchestrator:
             self.evaluator.committed(version, self.state.log)
         if self._finished():
             self._done.set()
+
+    def _track(self, version: int) -> None:
+        """Send update ``version``'s scalars to the trackers, once: the journal's ``logged``
+        event says it was sent, so a resumed run neither repeats nor skips a step."""
+        members = self._members.pop(version, None)
+        if self.tracker is None or version in self._logged:
+            return
+        t0 = time.perf_counter()
+        self.tracker.committed(self.state, version, members)
+        self._write({"e": "logged", "version": version})
+        self._logged.add(version)
+        self.stats["tracking_s"] += time.perf_counter() - t0
 
     async def _worker_crashed(self, w: int, job: int, exc: Exception, crashes: int) -> None:
         log.error(

@@ -217,6 +217,8 @@ class RunState:
         if kind == "state":
             self.worker_state(ev["w"], ev["s"], ev["t"])
             return
+        if kind == "logged":  # the trackers' bookkeeping (runner/tracking): no state
+            return
         if kind == "dispatch":
             got = self.dispatch(ev["w"], ev["t"])
         elif kind == "run":

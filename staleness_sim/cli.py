@@ -19,9 +19,9 @@ import pandas as pd
 import yaml
 
 from staleness_sim.config import ConfigError, Scenario, load_scenario
-from staleness_sim.core.trace import TraceError
+from staleness_sim.core.trace import Trace, TraceError
 from staleness_sim.summary import compare_row, run_summary, simulate_scenario, trace_summary
-from staleness_sim.sweeps.report import add_report_arguments, report_command
+from staleness_sim.sweeps.report import report_command
 from staleness_sim.sweeps.run import add_sweep_arguments, sweep_command
 from staleness_sim.validation import DURATION_MODELS, VERSION_EFFECT
 
@@ -42,6 +42,11 @@ def _add_run(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--json", action="store_true", help="print exactly one JSON object (the summary) on stdout"
+    )
+    p.add_argument(
+        "--report",
+        action="store_true",
+        help="with --out: also write the run's report (timeline and figures) into OUT/report/",
     )
 
 
@@ -167,6 +172,8 @@ def _from_run(folder: Path, args: argparse.Namespace, sets: list[str]) -> Scenar
 def _run(args: argparse.Namespace) -> int:
     if (args.config is None) == (args.from_runs is None):
         raise ConfigError("give a scenario file or --from-run RUN_DIR (exactly one)")
+    if args.report and not args.out:
+        raise ValueError("--report writes into the run's folder: give --out DIR")
     if args.from_runs is not None:
         scenario = _from_run(args.from_runs, args, args.sets)
     else:
@@ -176,12 +183,18 @@ def _run(args: argparse.Namespace) -> int:
     if args.out:
         trace.write(args.out)
         (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if args.report:
+        from staleness_sim.run_report import write_run_report
+
+        paths = write_run_report(args.out)
     if args.json:
         print(json.dumps(summary))
     else:
         print(format_summary(summary))
         if args.out:
             print(f"\ntrace written to {args.out}/")
+    if args.report:
+        print(f"report written: {paths[0]}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
@@ -451,6 +464,77 @@ def _validate(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- report ---------------------------------------------------------------------------
+
+
+def _add_report(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "folder",
+        type=Path,
+        help="a sweep's output folder (results.parquet), or one run: a measured run "
+        "directory or a simulated --out folder (the trace tables)",
+    )
+    p.add_argument("--out", type=Path, help="report folder (default: FOLDER/report)")
+    p.add_argument("--format", choices=("md", "html", "both"), default="both")
+    run = p.add_argument_group("one run")
+    run.add_argument(
+        "--predicted",
+        type=Path,
+        metavar="DIR",
+        help="a simulated trace of the same run (e.g. staleness-sim run --from-run RUN_DIR "
+        "--out DIR): its timeline is drawn beside the measured one",
+    )
+    run.add_argument(
+        "--predict",
+        action="store_true",
+        help="simulate the prediction now (staleness-sim run --from-run FOLDER, defaults)",
+    )
+    run.add_argument(
+        "--window",
+        metavar="START:END",
+        help="the timeline's span in seconds (default: the whole run, or a long run's first "
+        "30 updates)",
+    )
+
+
+def _report(args: argparse.Namespace) -> int:
+    from staleness_sim.run_report import is_trace_folder, write_run_report
+
+    if (args.folder / "results.parquet").exists():
+        if args.predicted or args.predict or args.window:
+            raise ValueError("--predicted, --predict and --window go with a run, not a sweep")
+        return report_command(args)
+    if not is_trace_folder(args.folder):
+        raise ValueError(
+            f"{args.folder}: no results.parquet (a sweep's) and no jobs.parquet (a run's)"
+        )
+    if args.predicted and args.predict:
+        raise ValueError("give --predicted DIR or --predict, not both")
+    predicted = None
+    if args.predicted:
+        predicted = Trace.read(args.predicted)
+    elif args.predict:
+        from staleness_sim.validation import scenario_from_run
+
+        predicted = simulate_scenario(scenario_from_run(args.folder))
+    formats = ("md", "html") if args.format == "both" else (args.format,)
+    paths = write_run_report(args.folder, args.out, predicted, _window(args.window), formats)
+    print(f"report written: {paths[0]}" + (f" (+{len(paths) - 1} files)" if len(paths) > 1 else ""))
+    return 0
+
+
+def _window(text: str | None) -> tuple[float, float] | None:
+    if text is None:
+        return None
+    try:
+        start, end = (float(x) for x in text.split(":"))
+    except ValueError:
+        raise ValueError(f"--window {text}: give START:END in seconds, e.g. 0:600") from None
+    if not 0 <= start < end:
+        raise ValueError(f"--window {text}: needs 0 <= START < END")
+    return start, end
+
+
 # -- entry point ----------------------------------------------------------------------
 
 COMMANDS: dict[
@@ -470,9 +554,10 @@ COMMANDS: dict[
         sweep_command,
     ),
     "report": (
-        "write a report (Markdown, HTML, PNG figures) of a sweep",
-        add_report_arguments,
-        report_command,
+        "write a report (Markdown, HTML, PNG figures) of a sweep, or of one run (simulated "
+        "or measured: the worker timeline and its figures)",
+        _add_report,
+        _report,
     ),
 }
 

@@ -84,6 +84,7 @@ MODEL_EVAL = {
 def _open_run(args: argparse.Namespace):
     from runner.config import load_run_config, resolve_paths
     from runner.run_dir import RunDir
+    from runner.tracking import check_sinks
     from staleness_sim.config import ConfigError
 
     if args.resume:
@@ -91,7 +92,9 @@ def _open_run(args: argparse.Namespace):
             raise UserError("--resume takes no config or --set: a resumed run keeps its config")
         run = RunDir.open(args.resume)
         run.lock()
-        return run, run.config()
+        config = run.config()
+        check_sinks(config.logging.to)
+        return run, config
     if args.config is None:
         raise UserError("give a CONFIG, or --resume RUN_DIR")
     try:
@@ -104,6 +107,7 @@ def _open_run(args: argparse.Namespace):
             f"model.path {model}: no model there; build a tiny one with "
             f"'es-runner model make-tiny {model}', or point model.path at a saved checkpoint"
         )
+    check_sinks(config.logging.to)  # a missing package: one line, before anything is made
     out = args.out or Path("runs") / f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     return RunDir.create(out, config), config
 
@@ -157,10 +161,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     from runner.rollouts import docker_client
     from runner.terminal import reaper
     from runner.terminal.images import ImageBuilder
+    from runner.tracking import Tracker
 
     run, config = _open_run(args)
     handler = _log_to(run)
+    tracker = None
     try:
+        tracker = Tracker.open(run.path, config)
         client = docker_client()
         reaper.reap_orphans(client)  # containers of a process that died (a killed run)
         builder = ImageBuilder(client)
@@ -181,11 +188,12 @@ def cmd_train(args: argparse.Namespace) -> int:
                 "eval tasks",
                 show=not args.no_progress,
             )
-            evaluator = Evaluator(run, config, eval_pool, client, builder)
+            evaluator = Evaluator(run, config, eval_pool, client, builder, tracker)
         progress = Progress(config.updates, enabled=not args.no_progress)
         orch = Orchestrator(
-            run, config, pool, client, builder, progress=progress, evaluator=evaluator
-        )
+            run, config, pool, client, builder, progress=progress, evaluator=evaluator,
+            tracker=tracker,
+        )  # fmt: skip
         try:
             outcome = orch.run()
         except RunFailed as exc:
@@ -201,6 +209,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"run directory: {run.path}")
         return {"finished": 0, "interrupted": 130}.get(outcome.status, 1)
     finally:
+        if tracker is not None:
+            tracker.close()
         logging.getLogger().removeHandler(handler)
         handler.close()
         run.unlock()
@@ -233,9 +243,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from runner.run_dir import RunDir
     from runner.terminal import reaper
     from runner.terminal.images import ImageBuilder
+    from runner.tracking import check_sinks
 
     run = RunDir.open(args.run_dir)
     config = run.config()
+    check_sinks(config.logging.to)  # before the evaluation, not after it
     log_ = replay_log(run)
     version = len(log_) if args.version is None else args.version
     if not 0 <= version <= len(log_):
@@ -254,6 +266,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     )
     rows = _evaluate_weights(config, pool, log_[:version], version, split, seeds, client, builder)
     run.merge_eval(rows)
+    _track_eval(run, config, rows)
     table = success_table(rows)
     result = {
         "version": version,
@@ -270,6 +283,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
             f"mean success over {len(seeds)} seed(s): {result['success']:.3f} ({len(pool)} tasks)"
         )
     return 0
+
+
+def _track_eval(run, config, rows) -> None:
+    """Send an evaluation to the run's trackers (its ``logging.to``), as training does."""
+    from runner.tracking import Tracker
+
+    tracker = Tracker.open(run.path, config)
+    if tracker is not None:
+        try:
+            tracker.evaluated(rows)
+        finally:
+            tracker.close()
 
 
 def _evaluate_weights(config, pool, log_, version, split, seeds, client, builder):

@@ -25,6 +25,7 @@ ALLOWED = {
     "queue": {"core", "durations", "cohort"},
     "validation": {"core", "durations", "cohort", "config"},
     "sweeps": {"core", "durations", "cohort", "queue", "config", "summary"},
+    "run_report": {"core", "sweeps"},
 }
 
 
