@@ -140,12 +140,6 @@ def write_report(
     return written + [n.path for n in notes if n.path]
 
 
-def add_report_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("folder", type=Path, help="a sweep's output folder (with results.parquet)")
-    p.add_argument("--out", type=Path, help="report folder (default: FOLDER/report)")
-    p.add_argument("--format", choices=("md", "html", "both"), default="both")
-
-
 def report_command(args: argparse.Namespace) -> int:
     formats = ("md", "html") if args.format == "both" else (args.format,)
     paths = write_report(args.folder, args.out, formats)
