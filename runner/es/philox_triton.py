@@ -28,7 +28,10 @@ torch path on any device; normals within the ulps of ``log``/``cos``/``sin``
 
 Triton reads ``TRITON_INTERPRET`` when a function is decorated and when it is launched, so
 the kernel is decorated on first use, once per mode (compiled or interpreted), and a test
-that sets the variable for its own duration gets the interpreter without leaking it.
+that sets the variable for its own duration gets the interpreter without leaking it. The
+kernel calls Triton builtins only (``tl.full``, not ``tl.zeros``: the helpers of
+``triton.language.standard`` are themselves decorated when Triton is imported, compiled,
+and the interpreter cannot call them).
 """
 
 import math
@@ -65,13 +68,13 @@ def _philox_pass(
     c1_in = (q >> 32).to(tl.uint32)
     if MODE >= 3:
         master = tl.load(master_ptr + idx, mask=mask, other=0.0)
-    acc = tl.zeros([QUADS, 4], dtype=tl.float32)
+    acc = tl.full([QUADS, 4], 0.0, dtype=tl.float32)
     for k in range(n_keys):
         k0 = tl.load(keys_ptr + 2 * k)  # int64 holding a uint32
         k1 = tl.load(keys_ptr + 2 * k + 1)
         c0, c1 = c0_in, c1_in
-        c2 = tl.zeros([QUADS], dtype=tl.uint32)
-        c3 = tl.zeros([QUADS], dtype=tl.uint32)
+        c2 = tl.full([QUADS], 0, dtype=tl.uint32)
+        c3 = tl.full([QUADS], 0, dtype=tl.uint32)
         for r in tl.static_range(10):  # Philox4x32-10 (Random123's constants)
             kr0 = ((k0 + r * 0x9E3779B9) & 0xFFFFFFFF).to(tl.uint32)  # the Weyl-bumped key
             kr1 = ((k1 + r * 0xBB67AE85) & 0xFFFFFFFF).to(tl.uint32)
