@@ -67,23 +67,20 @@ def _element(j, nq, radius, cos, sin):  # pragma: no cover - compiled
 
 def _interleave(skip, take, nq, radius, cos, sin, out):  # pragma: no cover - compiled
     """out[i] <- the normal of element ``skip + i`` of the quads, i < take."""
-    i, j = 0, skip
-    while i < take and j & 3:  # a head that starts mid-quad
-        out[i] = _element(j, nq, radius, cos, sin)
-        i += 1
-        j += 1
-    while i + 4 <= take:  # whole quads
-        q = j >> 2
-        out[i] = radius[q] * cos[q]
-        out[i + 1] = radius[q] * sin[q]
-        out[i + 2] = radius[nq + q] * cos[nq + q]
-        out[i + 3] = radius[nq + q] * sin[nq + q]
-        i += 4
-        j += 4
-    while i < take:  # a tail that ends mid-quad
-        out[i] = _element(j, nq, radius, cos, sin)
-        i += 1
-        j += 1
+    head = min((4 - skip % 4) % 4, take)  # elements before the first whole quad
+    for i in range(head):
+        out[i] = _element(skip + i, nq, radius, cos, sin)
+    first, whole = (skip + head) >> 2, (take - head) >> 2
+    r0, c0, s0 = radius[first:nq], cos[first:nq], sin[first:nq]  # lanes 0, 1
+    r1, c1, s1 = radius[nq + first :], cos[nq + first :], sin[nq + first :]  # lanes 2, 3
+    dst = out[head:]
+    for k in range(whole):  # a plain loop from 0 over slices: LLVM vectorises it
+        dst[4 * k] = r0[k] * c0[k]
+        dst[4 * k + 1] = r0[k] * s0[k]
+        dst[4 * k + 2] = r1[k] * c1[k]
+        dst[4 * k + 3] = r1[k] * s1[k]
+    for i in range(head + 4 * whole, take):  # a tail that ends mid-quad
+        out[i] = _element(skip + i, nq, radius, cos, sin)
 
 
 if njit is not None:
