@@ -44,6 +44,9 @@ from triton.language.extra import libdevice
 
 NORMALS, WORDS, UNIFORMS, PERTURB, UPDATE = range(5)
 QUADS = 256  # counters per program: 1024 elements, 4 KiB of fp32 per tile
+# compiled launches: no FMA contraction of the kernel's own mul + add (libdevice's internal
+# fma instructions are its own and stay)
+COMPILE_OPTIONS = {"enable_fp_fusion": False}
 _TWO_PI_F32 = float(torch.tensor(2 * math.pi, dtype=torch.float32))
 
 
@@ -53,16 +56,17 @@ def _philox_pass(
     keys_ptr,  # int64 (K, 2): the Philox key words k0, k1 of each entry
     coefs_ptr,  # fp32 (K,): each entry's coefficient
     n_keys,
-    start,  # index of out[0] in the stream
+    q_first,  # the counter of out[0]: out[0] is element 4 * q_first + SKIP of the stream
     n,  # elements of out
+    SKIP: tl.constexpr,  # 0..3; a compile-time 0 lets the loads and stores be vectorised
     MODE: tl.constexpr,
     QUADS: tl.constexpr,
     LIBDEVICE: tl.constexpr,
 ):
-    pid = tl.program_id(0).to(tl.int64)
-    q = start // 4 + pid * QUADS + tl.arange(0, QUADS).to(tl.int64)  # counters
+    local = tl.program_id(0).to(tl.int64) * QUADS + tl.arange(0, QUADS).to(tl.int64)
+    q = q_first + local  # counters
     lane = tl.arange(0, 4)[None, :]
-    idx = (4 * q - start)[:, None] + lane  # (QUADS, 4): offsets into out, element order
+    idx = (4 * local)[:, None] + lane - SKIP  # (QUADS, 4): offsets into out, element order
     mask = (idx >= 0) & (idx < n)
     c0_in = (q & 0xFFFFFFFF).to(tl.uint32)  # counter = (q & mask, q >> 32, 0, 0)
     c1_in = (q >> 32).to(tl.uint32)
@@ -132,6 +136,7 @@ def _philox_pass(
         else:
             tl.store(out_ptr + idx, res.to(out_ptr.dtype.element_ty), mask=mask)
 
+
 _KERNELS: dict[bool, object] = {}
 
 
@@ -148,7 +153,7 @@ def usable_on(device: torch.device) -> bool:
 def _kernel():
     mode = interpreting()
     if mode not in _KERNELS:  # decorated now, so that the decorator sees the mode
-        _KERNELS[mode] = triton.jit(do_not_specialize=["n_keys", "start", "n"])(_philox_pass)
+        _KERNELS[mode] = triton.jit(do_not_specialize=["n_keys", "q_first"])(_philox_pass)
     return _KERNELS[mode]
 
 
@@ -179,9 +184,9 @@ def _launch(
     master = out if master is None else master
     interp = interpreting()
     _kernel()[grid](
-        out, master, keys, coefs, keys.shape[0], start, n,
-        MODE=mode, QUADS=quads, LIBDEVICE=not interp,
-        **({} if interp else {"enable_fp_fusion": False}),
+        out, master, keys, coefs, keys.shape[0], start // 4, n,
+        SKIP=start % 4, MODE=mode, QUADS=quads, LIBDEVICE=not interp,
+        **({} if interp else COMPILE_OPTIONS),
     )  # fmt: skip
     return out
 

@@ -205,6 +205,47 @@ def test_a_checkpoint_of_one_kernel_replays_with_the_other(
     opt.close()
 
 
+# ---------------------------------------------------------------------- Triton: compiled
+def compile_for_h100(mode: int, out: str, fusion: bool = False) -> str:
+    """The kernel compiled (not run) for sm_90 by Triton's bundled ptxas, specialised as a
+    launch on 16-byte aligned tensors of a multiple of 16 elements is; its PTX."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from runner.es import philox_triton
+
+    signature = {"out_ptr": f"*{out}", "master_ptr": "*fp32", "keys_ptr": "*i64",
+                 "coefs_ptr": "*fp32", "n_keys": "i32", "q_first": "i64", "n": "i64",
+                 "SKIP": "constexpr", "MODE": "constexpr", "QUADS": "constexpr",
+                 "LIBDEVICE": "constexpr"}  # fmt: skip
+    aligned = [["tt.divisibility", 16]]
+    source = ASTSource(
+        fn=triton.jit(philox_triton._philox_pass),
+        signature=signature,
+        constexprs={"SKIP": 0, "MODE": mode, "QUADS": philox_triton.QUADS, "LIBDEVICE": True},
+        attrs={(0,): aligned, (1,): aligned, (6,): aligned},
+    )
+    options = {**philox_triton.COMPILE_OPTIONS, "enable_fp_fusion": fusion}
+    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+    assert kernel.asm["cubin"]  # ptxas accepted it
+    return kernel.asm["ptx"]
+
+
+def test_the_kernel_compiles_for_an_h100_with_precise_math_and_vector_loads(monkeypatch):
+    """What can be checked of the CUDA build without a GPU (docs/gpu.md: its figures await
+    a session with a device)."""
+    pytest.importorskip("triton.backends.nvidia", reason="Triton has no CUDA backend here")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    update = compile_for_h100(4, "bf16")
+    assert ".approx" not in update  # libdevice log/cos/sin, not the fast hardware ones
+    assert "sqrt.rn.f32" in update  # the correctly rounded sqrt of the definition
+    assert "ld.global.v4" in update  # the master read 16 bytes at a time
+    # the kernel's own c * eps + acc is not contracted into an FMA (libdevice's are its own)
+    assert update.count("fma.rn.f32") < compile_for_h100(4, "bf16", fusion=True).count("fma.rn.f32")
+    assert "fma" not in compile_for_h100(2, "fp32")  # the uniforms: integer ops and scalings
+
+
 # ---------------------------------------------------------------------- selection
 def test_auto_takes_torch_on_cpu_and_an_impossible_choice_says_why(monkeypatch, two_tensors):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
