@@ -55,16 +55,18 @@ What philox-v2 guarantees:
 * The Philox words and the uniforms are bit-identical on every device (CPU, CUDA), for any
   chunking and thread count: integer ops, one correctly rounded int-to-float32 conversion
   and an exact scaling by a power of two.
-* The normals also go through ``log``, ``sqrt``, ``cos`` and ``sin``. ``sqrt`` and the
-  multiplications are correctly rounded everywhere; ``log``/``cos``/``sin`` come from
-  different libraries (Sleef or MKL on CPU, CUDA's libdevice), each within a few float32
-  ulps of the exact value (measured on CPU against a float64 reference: <= 1.9e-7
-  relative). So across device types the normals agree to within 1e-6 relative in
-  float32, before any cast to the weights' dtype (a bf16/fp16 cast can rarely turn that
-  into a 1-ulp difference of a working weight). They are bit-exact for one device type,
+* The normals also go through ``log``, ``sqrt``, ``cos`` and ``sin``. The multiplications
+  are correctly rounded everywhere, and so is ``sqrt`` on CUDA; torch's vectorised CPU
+  ``sqrt`` is not always (one ulp off the correctly rounded value for ~17 % of these
+  inputs, measured); ``log``/``cos``/``sin`` come from different libraries (Sleef or MKL
+  on CPU, CUDA's libdevice, numpy in Triton's interpreter), each within a few float32 ulps
+  of the exact value (measured on CPU against a float64 reference: <= 1.9e-7 relative). So
+  across device types and kernels the normals agree to within 1e-6 relative in float32,
+  before any cast to the weights' dtype (a bf16/fp16 cast can rarely turn that into a
+  1-ulp difference of a working weight). They are bit-exact for one device type, kernel,
   torch build and CPU instruction set, whatever the chunking or thread count.
-* A log written on one device type therefore replays on another to within that
-  tolerance, not bit for bit; on the same device type it replays bit for bit.
+* A log written on one device type (or with one kernel) therefore replays on another to
+  within that tolerance, not bit for bit; with the same ones it replays bit for bit.
 
 Scheme ``lowrank-v1-r<R>`` (low-rank perturbations, as in EGGROLL; device-independent like
 philox-v2, which draws its factors):
@@ -89,8 +91,12 @@ philox-v2, which draws its factors):
   elements inherit philox-v2's tolerance (the factors' normals within 1e-6 relative);
   on one device type they are bit-exact.
 
-Cost: about 25 int64 element-ops per normal, ~0.2-0.3x the rate of ``torch.randn`` on
-CPU (``benchmarks/bench_es.py``). Work runs in sub-chunks of at most
+Cost. Here (the ``torch`` kernel) Philox is written in int64 torch ops, about 25
+element-ops per normal: ~0.3x the rate of ``torch.randn`` on CPU, and on CUDA ~130 small
+kernels per sub-chunk. On CPU, where numba imports, the words and the final products are
+compiled instead (:mod:`runner.es.philox_cpu`: the same values bit for bit, about the rate
+of ``torch.randn``); on CUDA the ``triton`` kernel (:mod:`runner.es.philox_triton`) draws
+and applies the noise in one fused pass. Work runs in sub-chunks of at most
 ``PHILOX_SUB_ELEMENTS`` elements with one scratch of ``PhiloxScratch.BYTES_PER_QUAD``
 bytes per 4 elements (1.5 MiB on CPU), held per thread and reused.
 """

@@ -143,7 +143,7 @@ class ESOptimizer:
             checkpoints; philox-v2 values do not depend on it).
         noise: the noise scheme, ``"blockseed-v1"`` (default: torch.randn per block, differs
             between CPU and CUDA) or ``"philox-v2"`` (counter-based, the same on any device
-            up to ulps of log/cos/sin; ~0.3x the speed on CPU) or ``"lowrank-v1-r<R>"``
+            up to ulps of log/cos/sin) or ``"lowrank-v1-r<R>"``
             (each matrix moves along rank-R factors drawn from the seed, as in EGGROLL;
             device-independent as philox-v2). Recorded in checkpoints and
             in the records ``step`` makes; replaying a record of another scheme is an error.

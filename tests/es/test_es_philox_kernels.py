@@ -246,6 +246,36 @@ def test_the_kernel_compiles_for_an_h100_with_precise_math_and_vector_loads(monk
     assert "fma" not in compile_for_h100(2, "fp32")  # the uniforms: integer ops and scalings
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_the_compiled_kernel_agrees_with_the_torch_path(monkeypatch, two_tensors):
+    pytest.importorskip("triton", reason="Triton is not installed (pip install triton)")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    from runner.es import philox_triton
+
+    cuda = torch.device("cuda")
+    for seed, name, start, count, _ in DRAWS:
+        key = philox_key(seed, name)
+        words = philox_triton.words(key, start, count, cuda).cpu()
+        assert torch.equal(words, philox_words(seed, name, start, count))
+        uniforms = philox_triton.uniforms(key, start, count, cuda).cpu()
+        assert torch.equal(uniforms, philox_uniforms(seed, name, start, count))
+        got = philox_triton.fill(torch.empty(count, device=cuda), key, start).cpu()
+        assert_within(got, reference_normals(seed, name, start, count))
+        on_cuda = fill_noise(torch.empty(count, device=cuda), seed, name, start, scheme=V2)
+        assert_within(got, on_cuda.cpu().double().numpy())
+    entries = [(11, 0.5), (12, -0.25), (13, 3e-4), (15, -1.5)]
+    fused = ESOptimizer(two_tensors(torch.bfloat16).to(cuda), noise=V2, kernel="triton")
+    reference = ESOptimizer(two_tensors(torch.bfloat16), noise=V2, kernel="torch")
+    assert fused.kernel == "triton"
+    bound = update_bound(reference, entries)
+    fused._apply_entries(entries)
+    reference._apply_entries(entries)
+    pairs = zip(fused.master_parameters(), reference.master_parameters(), strict=True)
+    for (name, a), (_, b) in pairs:
+        err = (a.cpu().double() - b.double()).abs().flatten()
+        assert bool((err <= bound[name]).all()), name
+
+
 # ---------------------------------------------------------------------- selection
 def test_auto_takes_torch_on_cpu_and_an_impossible_choice_says_why(monkeypatch, two_tensors):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
