@@ -34,8 +34,6 @@ kernel calls Triton builtins only (``tl.full``, not ``tl.zeros``: the helpers of
 and the interpreter cannot call them).
 """
 
-import math
-
 import torch
 import triton
 import triton.language as tl
@@ -47,7 +45,6 @@ QUADS = 256  # counters per program: 1024 elements, 4 KiB of fp32 per tile
 # compiled launches: no FMA contraction of the kernel's own mul + add (libdevice's internal
 # fma instructions are its own and stay)
 COMPILE_OPTIONS = {"enable_fp_fusion": False}
-_TWO_PI_F32 = float(torch.tensor(2 * math.pi, dtype=torch.float32))
 
 
 def _philox_pass(
@@ -123,13 +120,14 @@ def _philox_pass(
                     # the torch path's rounding: c * eps, then summed (no FMA)
                     acc += tl.load(coefs_ptr + k) * z
     if MODE >= 3:
-        if MODE == 3:  # working = cast(master + c * eps)
-            res = master + acc
-        else:  # master += the whole update, added once; working = cast(master)
-            res = master + acc
+        # PERTURB: working = cast(master + c * eps); UPDATE: master += the whole update,
+        # added once, and working = cast(master)
+        res = master + acc
+        if MODE == 4:
             tl.store(master_ptr + idx, res, mask=mask)
         if out_ptr.dtype.element_ty == tl.bfloat16:
-            # round to nearest even by hand: Triton's interpreter truncates fp32 -> bf16
+            # round to nearest even by hand (as torch's cast does for finite values):
+            # Triton's interpreter truncates fp32 -> bf16
             bits = res.to(tl.uint32, bitcast=True)
             bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
             tl.store(out_ptr + idx, bits.to(tl.uint16).to(tl.bfloat16, bitcast=True), mask=mask)
