@@ -13,10 +13,20 @@ its rate is given per seed (N x 4 x params / s).
 
 Noise schemes: the rate of filling a tensor chunk by chunk (as a pass does: one noise
 chunk, reused generator / Philox scratch, one intra-op thread) with blockseed-v1
-(torch.randn per block), philox-v2 (counter-based, the same on every device) and
-lowrank-v1-r4 (rank-4 factors of a matrix 4096 wide, drawn with philox-v2), timed
-alternately, as a ratio to the randn ceiling; on CPU, and on CUDA when one is available.
+(torch.randn per block), philox-v2 (counter-based, the same on every device; on CPU the
+compiled path of runner/es/philox_cpu.py, and "philox-v2/ops" the plain torch ops it
+replaced, the same values) and lowrank-v1-r4 (rank-4 factors of a matrix 4096 wide, drawn
+with philox-v2), timed alternately, best of the repeats and the spread (slowest / best), as
+a ratio to the randn ceiling; on CPU, and on CUDA when one is available (there also the
+fused Triton kernel's fill of the whole tensor, "philox-v2/triton").
 ``--noise`` picks the scheme of the optimizer passes.
+
+Noise kernels (philox-v2): per kernel that runs on the device (torch; triton on CUDA), the
+fill rate and the time of a perturbation, a restore and an update of ``--kernel-cohort``
+seeds (default 30) as multiples of one copy of the fp32 master (``y.copy_(x)``), all timed
+alternately with that copy. The physical floor of a perturbation is about 1.5 copies (read
+the fp32 master, write the working weights); of an update, about 2.5 (read and write the
+master, write the working weights), whatever the number of seeds.
 
 Peak extra memory: on CPU, the process's peak RSS (VmHWM, reset through
 /proc/self/clear_refs) during the call minus the RSS before it; on CUDA,
@@ -24,7 +34,8 @@ torch.cuda.max_memory_allocated minus the allocated bytes before it. The first c
 reset allocates the optimizer's workspace, so it is included. Page-granular (4 KiB) on CPU.
 
 Usage: python benchmarks/bench_es.py [--params 33554432] [--dtype bfloat16] [--threads 1]
-                                    [--noise blockseed-v1|philox-v2]
+                                    [--noise blockseed-v1|philox-v2] [--kernel-params N]
+                                    [--kernel-cohort 30]
 """
 
 from __future__ import annotations
@@ -33,17 +44,16 @@ import argparse
 import contextlib
 import ctypes
 import gc
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
-from runner.es import DEFAULT_BLOCK, DEFAULT_CHUNK, NOISE_SCHEMES, ESOptimizer  # noqa: E402
-from runner.es.noise import PhiloxScratch, fill_noise, stream_state  # noqa: E402
-from runner.es.schemes import check_scheme  # noqa: E402
+from runner.es import DEFAULT_BLOCK, DEFAULT_CHUNK, NOISE_SCHEMES, ESOptimizer
+from runner.es.noise import PhiloxScratch, fill_noise, philox_key, stream_state
+from runner.es.optimizer import resolve_kernel
+from runner.es.schemes import PHILOX_SCHEME, check_scheme
 
 # the schemes the noise-rate table compares; low-rank noise fills a (numel / WIDTH, WIDTH)
 # matrix (its factors' rows per chunk, then R products and sums per element)
@@ -167,18 +177,21 @@ def one_thread():
         torch.set_num_threads(before)
 
 
-def noise_rates(device: str, numel: int, chunk: int, repeats: int) -> dict[str, float]:
-    """GB/s of fp32 noise: randn into one large tensor, and each scheme filled chunk by chunk
-    (the schemes and randn timed alternately, so that all see the same machine load)."""
+def noise_rates(
+    device: str, numel: int, chunk: int, repeats: int
+) -> dict[str, tuple[float, float]]:
+    """GB/s of fp32 noise (best, and the spread slowest / best): randn into one large
+    tensor, and each scheme filled chunk by chunk (the schemes and randn timed alternately,
+    so that all see the same machine load)."""
     x = torch.empty(numel, device=device)
     gen = torch.Generator(device=device).manual_seed(0)
-    scratch = PhiloxScratch(device, chunk)
 
     def randn() -> None:
         torch.randn(numel, generator=gen, device=device, out=x)
 
-    def by_chunks(scheme: str) -> Callable[[], None]:
+    def by_chunks(scheme: str, compiled: bool | None = None) -> Callable[[], None]:
         stream = stream_state(1, "bench.weight", scheme)
+        scratch = PhiloxScratch(device, chunk, compiled=compiled)
 
         def run() -> None:
             for s in range(0, numel, chunk):
@@ -189,6 +202,13 @@ def noise_rates(device: str, numel: int, chunk: int, repeats: int) -> dict[str, 
         return run
 
     fns = {"randn": randn, **{scheme: by_chunks(scheme) for scheme in SCHEMES}}
+    if device == "cpu":
+        fns[f"{PHILOX_SCHEME}/ops"] = by_chunks(PHILOX_SCHEME, compiled=False)
+    if resolve_kernel("auto", PHILOX_SCHEME, torch.device(device)) == "triton":
+        from runner.es import philox_triton
+
+        key = philox_key(1, "bench.weight")
+        fns[f"{PHILOX_SCHEME}/triton"] = lambda: philox_triton.fill(x, key, 0)
     times: dict[str, list[float]] = {k: [] for k in fns}
     with one_thread():
         for _ in range(repeats + 1):
@@ -198,7 +218,69 @@ def noise_rates(device: str, numel: int, chunk: int, repeats: int) -> dict[str, 
                 fn()
                 sync(device)
                 times[k].append(time.perf_counter() - t0)
-    return {k: 4 * numel / min(ts[1:]) / 1e9 for k, ts in times.items()}
+    return {
+        k: (4 * numel / min(ts[1:]) / 1e9, max(ts[1:]) / min(ts[1:])) for k, ts in times.items()
+    }
+
+
+def kernel_passes(
+    device: str, params: int, dtype: torch.dtype, repeats: int, cohort: int
+) -> dict[str, dict[str, tuple[float, float]]]:
+    """Per philox-v2 kernel that runs here: :func:`kernel_row`."""
+    kernels = ["torch"]
+    if resolve_kernel("auto", PHILOX_SCHEME, torch.device(device)) == "triton":
+        kernels.append("triton")
+    return {k: kernel_row(k, device, params, dtype, repeats, cohort) for k in kernels}
+
+
+def kernel_row(
+    kernel: str, device: str, params: int, dtype: torch.dtype, repeats: int, cohort: int
+) -> dict[str, tuple[float, float]]:
+    """(best, spread) of the fill in GB/s, of a perturbation, a restore and an update of
+    ``cohort`` seeds in copies of the fp32 master, and of that copy in seconds; every pass
+    timed alternately with the copy, so that all see the same machine load."""
+    opt = ESOptimizer(
+        Blocks(params, dtype, device), hash_base=False, noise=PHILOX_SCHEME, kernel=kernel
+    )
+    p = opt.num_parameters
+    x, y = torch.zeros(p, device=device), torch.zeros(p, device=device)
+    entries = [(1000 + s, 1e-4 * (s % 5 - 2) + 1e-5) for s in range(cohort)]
+    key = philox_key(1, "bench.weight")
+    scratch = PhiloxScratch(device, DEFAULT_CHUNK)
+
+    def fill() -> None:
+        if kernel == "triton":
+            from runner.es import philox_triton
+
+            philox_triton.fill(x, key, 0)
+            return
+        for s in range(0, p, DEFAULT_CHUNK):
+            fill_noise(x[s : s + DEFAULT_CHUNK], 1, "bench.weight", s,
+                       scheme=PHILOX_SCHEME, scratch=scratch, stream=key)  # fmt: skip
+
+    fns = {
+        "copy": lambda: y.copy_(x),
+        "fill": fill,
+        "perturb": lambda: opt._write_perturbed(7, 0.0015),
+        "restore": opt._sync_working,
+        f"update N={cohort}": lambda: opt._apply_entries(entries),
+    }
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    with one_thread():
+        for _ in range(repeats + 1):
+            for k, fn in fns.items():
+                sync(device)
+                t0 = time.perf_counter()
+                fn()
+                sync(device)
+                times[k].append(time.perf_counter() - t0)
+    opt.close()
+    best = {k: min(ts[1:]) for k, ts in times.items()}
+    spread = {k: max(ts[1:]) / min(ts[1:]) for k, ts in times.items()}
+    row = {"fill": (4 * p / best["fill"] / 1e9, spread["fill"])}
+    row |= {k: (best[k] / best["copy"], spread[k]) for k in fns if k not in ("copy", "fill")}
+    row["copy"] = (best["copy"], spread["copy"])
+    return row
 
 
 def _scheme(value: str) -> str:
@@ -219,6 +301,11 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=DEFAULT_CHUNK, help="chunk size in elements")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--cohorts", default="1,4,8", help="cohort sizes N for the update scaling")
+    ap.add_argument("--kernel-params", type=int, default=2**23,
+                    help="parameters of the kernel table's model (default 8.4M)")  # fmt: skip
+    ap.add_argument(
+        "--kernel-cohort", type=int, default=30, help="seeds of the kernel table's update"
+    )
     ap.add_argument("--noise", default=NOISE_SCHEMES[0], type=_scheme,
                     help="noise scheme of the optimizer passes (or lowrank-v1-r<R>)")  # fmt: skip
     args = ap.parse_args()
@@ -338,10 +425,26 @@ def main() -> None:
     for d, chunk in runs:
         r = noise_rates(d, args.params, chunk, args.repeats)
         print(f"noise schemes on {d} ({args.params / 1e6:.1f}M elements in chunks of {chunk}, "
-              f"one intra-op thread, timed alternately with randn {r['randn']:.3f} GB/s):")  # fmt: skip
-        for scheme in SCHEMES:
-            print(f"  {scheme:<14} {r[scheme]:7.3f} GB/s  {r[scheme] / r['randn']:5.2f} x randn  "
-                  f"{r[scheme] / r[NOISE_SCHEMES[0]]:5.2f} x {NOISE_SCHEMES[0]}")  # fmt: skip
+              f"one intra-op thread, timed alternately with randn {r['randn'][0]:.3f} GB/s, "
+              f"spread {r['randn'][1]:.2f}):")  # fmt: skip
+        base = r[NOISE_SCHEMES[0]][0]
+        for name, (gbs, spread) in r.items():
+            if name != "randn":
+                print(f"  {name:<16} {gbs:7.3f} GB/s  {gbs / r['randn'][0]:5.2f} x randn  "
+                      f"{gbs / base:5.2f} x {NOISE_SCHEMES[0]}  spread {spread:.2f}")  # fmt: skip
+
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    for d in devices:
+        table = kernel_passes(d, args.kernel_params, dtype, args.repeats, args.kernel_cohort)
+        for kernel, row in table.items():
+            t_copy, s_copy = row.pop("copy")
+            print(f"{PHILOX_SCHEME} kernel {kernel} on {d} ({args.kernel_params / 1e6:.1f}M "
+                  f"{args.dtype} params; one copy of the fp32 master {t_copy * 1e3:.2f} ms, "
+                  f"spread {s_copy:.2f}):")  # fmt: skip
+            gbs, spread = row.pop("fill")
+            print(f"  fill     {gbs:9.3f} GB/s          spread {spread:.2f}")
+            for name, (copies, spread) in row.items():
+                print(f"  {name:<9}{copies:9.1f} x copy          spread {spread:.2f}")
 
 
 if __name__ == "__main__":

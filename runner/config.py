@@ -43,6 +43,9 @@ class ESConfig(_Strict):
     # philox-v2: the same numbers on CPU and CUDA (docs/es.md, "Noise schemes")
     # lowrank-v1-r<R>: each matrix moves along rank-R factors drawn from the seed (EGGROLL)
     noise: str = "blockseed-v1"
+    # what draws and applies the noise: auto (the fused Triton kernel for philox-v2 on
+    # CUDA where Triton imports, else torch), torch or triton (docs/es.md, "Noise kernels")
+    noise_kernel: Literal["auto", "torch", "triton"] = "auto"
     # a regular expression over the model's (Hugging Face) parameter names: ES perturbs
     # and updates only the parameters it matches (default: all of them)
     params: str | None = None
@@ -73,7 +76,8 @@ class ESConfig(_Strict):
 
     def optimizer_kwargs(self) -> dict[str, Any]:
         """The keys the workers' ESOptimizer takes (``reward`` concerns the controller)."""
-        return self.model_dump(exclude={"reward"})
+        kwargs = self.model_dump(exclude={"reward", "noise_kernel"})
+        return {**kwargs, "kernel": self.noise_kernel}
 
     def update_rule(self) -> UpdateRule:
         """The controller's update rule (``params`` concerns the workers' models only)."""

@@ -20,7 +20,8 @@ included), then copy the result into the kernel tensors' original storage (which
 CUDA graphs valid). One path on CPU and GPU, whatever the engine does after loading.
 
 Cost: one pass over the weights per change (perturb, restore, update), on top of the ES
-arithmetic, plus one copy of the model in the engine's dtype (the HF form) next to the
+arithmetic (the ES core's own kernels: with ``es.noise: philox-v2`` on CUDA the fused Triton
+kernel where Triton imports, ``es.noise_kernel``; docs/es.md, "Noise kernels"), plus one copy of the model in the engine's dtype (the HF form) next to the
 fp32 master (docs/vllm.md, "The weight path").
 
 Method and attribute names start with ``es_`` / ``_es_`` so they cannot collide with the
@@ -181,6 +182,7 @@ class ESWorkerExtension:
         info = {
             "base_hash": opt.base_hash,
             "es_config": opt.config(),
+            "noise_kernel": opt.kernel,  # what draws the noise here (auto resolves per device)
             "num_parameters": opt.num_parameters,
             "hf_parameters": sum(1 for _ in module.named_parameters()),
             "tied_layers": len(tied),

@@ -55,16 +55,18 @@ What philox-v2 guarantees:
 * The Philox words and the uniforms are bit-identical on every device (CPU, CUDA), for any
   chunking and thread count: integer ops, one correctly rounded int-to-float32 conversion
   and an exact scaling by a power of two.
-* The normals also go through ``log``, ``sqrt``, ``cos`` and ``sin``. ``sqrt`` and the
-  multiplications are correctly rounded everywhere; ``log``/``cos``/``sin`` come from
-  different libraries (Sleef or MKL on CPU, CUDA's libdevice), each within a few float32
-  ulps of the exact value (measured on CPU against a float64 reference: <= 1.9e-7
-  relative). So across device types the normals agree to within 1e-6 relative in
-  float32, before any cast to the weights' dtype (a bf16/fp16 cast can rarely turn that
-  into a 1-ulp difference of a working weight). They are bit-exact for one device type,
+* The normals also go through ``log``, ``sqrt``, ``cos`` and ``sin``. The multiplications
+  are correctly rounded everywhere, and so is ``sqrt`` on CUDA; torch's vectorised CPU
+  ``sqrt`` is not always (one ulp off the correctly rounded value for ~17 % of these
+  inputs, measured); ``log``/``cos``/``sin`` come from different libraries (Sleef or MKL
+  on CPU, CUDA's libdevice, numpy in Triton's interpreter), each within a few float32 ulps
+  of the exact value (measured on CPU against a float64 reference: <= 1.9e-7 relative). So
+  across device types and kernels the normals agree to within 1e-6 relative in float32,
+  before any cast to the weights' dtype (a bf16/fp16 cast can rarely turn that into a
+  1-ulp difference of a working weight). They are bit-exact for one device type, kernel,
   torch build and CPU instruction set, whatever the chunking or thread count.
-* A log written on one device type therefore replays on another to within that
-  tolerance, not bit for bit; on the same device type it replays bit for bit.
+* A log written on one device type (or with one kernel) therefore replays on another to
+  within that tolerance, not bit for bit; with the same ones it replays bit for bit.
 
 Scheme ``lowrank-v1-r<R>`` (low-rank perturbations, as in EGGROLL; device-independent like
 philox-v2, which draws its factors):
@@ -89,8 +91,12 @@ philox-v2, which draws its factors):
   elements inherit philox-v2's tolerance (the factors' normals within 1e-6 relative);
   on one device type they are bit-exact.
 
-Cost: about 25 int64 element-ops per normal, ~0.2-0.3x the rate of ``torch.randn`` on
-CPU (``benchmarks/bench_es.py``). Work runs in sub-chunks of at most
+Cost. Here (the ``torch`` kernel) Philox is written in int64 torch ops, about 25
+element-ops per normal: ~0.3x the rate of ``torch.randn`` on CPU, and on CUDA ~130 small
+kernels per sub-chunk. On CPU, where numba imports, the words and the final products are
+compiled instead (:mod:`runner.es.philox_cpu`: the same values bit for bit, about the rate
+of ``torch.randn``); on CUDA the ``triton`` kernel (:mod:`runner.es.philox_triton`) draws
+and applies the noise in one fused pass. Work runs in sub-chunks of at most
 ``PHILOX_SUB_ELEMENTS`` elements with one scratch of ``PhiloxScratch.BYTES_PER_QUAD``
 bytes per 4 elements (1.5 MiB on CPU), held per thread and reused.
 """
@@ -103,6 +109,7 @@ from typing import Any
 
 import torch
 
+from runner.es import philox_cpu
 from runner.es.schemes import (  # noqa: F401 - re-exported: the names noise is made under
     LEGACY_SCHEME,
     NOISE_SCHEME,
@@ -210,22 +217,36 @@ def philox4x32_10(
 class PhiloxScratch:
     """Reusable buffer for philox-v2 on one device (one per thread): six int64 rows of one
     sub-chunk's counters (four lanes, two products); once the words are out, the same bytes
-    hold the float32 uniforms, cosines and an interleaved block for unaligned ends."""
+    hold the float32 uniforms, cosines and an interleaved block for unaligned ends. On CPU
+    with ``compiled`` (default: where numba imports) the words are made by
+    :mod:`runner.es.philox_cpu` instead, in half of the same bytes, with the same values."""
 
     BYTES_PER_QUAD = 6 * 8  # 48 bytes per 4 elements
 
-    def __init__(self, device: torch.device | str, max_elements: int | None = None) -> None:
+    def __init__(
+        self,
+        device: torch.device | str,
+        max_elements: int | None = None,
+        *,
+        compiled: bool | None = None,
+    ) -> None:
         self.device = torch.device(device)
         sub = PHILOX_SUB_ELEMENTS.get(self.device.type, _PHILOX_SUB_OTHER)
         if max_elements is not None:
             sub = min(sub, max_elements + 6)  # a chunk can straddle two extra quads
         self.quads = max(1, -(-sub // 4))
+        on_cpu = self.device.type == "cpu" and philox_cpu.AVAILABLE
+        self.compiled = on_cpu if compiled is None else bool(compiled and on_cpu)
         self._ints: torch.Tensor | None = None
 
     def ints(self) -> torch.Tensor:
         if self._ints is None:
             self._ints = torch.empty(6, self.quads, dtype=torch.int64, device=self.device)
         return self._ints
+
+    def float_rows(self) -> torch.Tensor:
+        """The compiled CPU path's (3, 2 * quads) float32 rows, in the same bytes."""
+        return self.ints().view(-1).view(torch.float32)[: 6 * self.quads].view(3, -1)
 
     def nbytes(self) -> int:
         return 0 if self._ints is None else self.quads * self.BYTES_PER_QUAD
@@ -277,6 +298,9 @@ def _fill_philox(
     out: torch.Tensor, key: tuple[int, int], start: int, scratch: PhiloxScratch
 ) -> torch.Tensor:
     """Elements [start, start + out.numel()) of the philox-v2 stream, sub-chunk by sub-chunk."""
+    if scratch.compiled and out.is_contiguous():
+        philox_cpu.fill(out, key, start, scratch.float_rows())
+        return out
     ints = scratch.ints()
     n, pos = out.numel(), 0
     while pos < n:
@@ -360,18 +384,6 @@ def _philox_normals(
     key: tuple[int, int], start: int, count: int, device: torch.device, scratch: PhiloxScratch
 ) -> torch.Tensor:
     return _fill_philox(torch.empty(count, device=device), key, start, scratch)
-
-
-def lowrank_factors(
-    seed: int, name: str, shape: tuple[int, int], rank: int, *, device: torch.device | str = "cpu"
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The factors ``(A, B)`` (``m x R``, ``n x R``, float32) of one matrix's perturbation."""
-    (m, n), st, device = shape, LowRankStream(seed, name, rank), torch.device(device)
-    scratch = PhiloxScratch(device)
-    return (
-        _philox_normals(st.a, 0, m * rank, device, scratch).view(m, rank),
-        _philox_normals(st.b, 0, n * rank, device, scratch).view(n, rank),
-    )
 
 
 def _fill_lowrank(

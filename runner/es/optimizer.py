@@ -6,8 +6,15 @@ below half an ulp of most weights and an in-place add silently drops it, and whe
 writing ``cast(master + sign*sigma*eps)`` into the working weights, restores by writing
 ``cast(master)`` (bit-exact by construction) and adds every update to the master in fp32.
 
-All passes go chunk by chunk over the flattened parameters, so the only extra memory is a
-per-thread workspace of one noise chunk (plus one accumulator chunk for updates).
+Two kernels do the passes (``kernel=``, recorded in :meth:`ESOptimizer.config`):
+
+* ``torch``: chunk by chunk over the flattened parameters, so the only extra memory is a
+  per-thread workspace of one noise chunk (plus one accumulator chunk for updates); any
+  scheme, any device;
+* ``triton`` (philox-v2 only): :mod:`runner.es.philox_triton`, one fused pass per tensor
+  that draws and applies the noise (an update of K seeds in one pass, no chunk buffers).
+
+``auto`` takes ``triton`` for philox-v2 on CUDA where Triton imports, ``torch`` elsewhere.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import torch
 from runner.es.noise import (
     DEFAULT_BLOCK,
     NOISE_SCHEME,
+    PHILOX_SCHEME,
     PhiloxScratch,
     check_scheme,
     check_seed,
@@ -37,6 +45,39 @@ from runner.es.staleness import StalenessRule
 from runner.es.update_rule import UpdateRule
 
 DEFAULT_CHUNK = 2**18  # elements; 1 MiB of fp32 noise per thread (cache-sized: fastest measured)
+NOISE_KERNELS = ("auto", "torch", "triton")
+
+
+def _triton_module() -> tuple[Any, str]:
+    """(runner.es.philox_triton, "") where Triton imports, else (None, the reason)."""
+    try:
+        from runner.es import philox_triton
+    except ImportError as exc:  # Triton is optional (the test extra installs it)
+        return None, str(exc)
+    return philox_triton, ""
+
+
+def resolve_kernel(kernel: str, scheme: str, device: torch.device) -> str:
+    """The kernel that will run: ``torch`` or ``triton``; ``auto`` takes ``triton`` for
+    philox-v2 on CUDA where Triton imports. An impossible explicit choice is a ValueError."""
+    if kernel not in NOISE_KERNELS:
+        raise ValueError(f"kernel must be one of {', '.join(NOISE_KERNELS)}, got {kernel!r}")
+    if kernel == "torch":
+        return "torch"
+    module, why = _triton_module()
+    if kernel == "auto":
+        fits = scheme == PHILOX_SCHEME and device.type == "cuda" and module is not None
+        return "triton" if fits else "torch"
+    if scheme != PHILOX_SCHEME:
+        raise ValueError(f"kernel='triton' draws {PHILOX_SCHEME} noise only, not {scheme!r}")
+    if module is None:
+        raise ValueError(f"kernel='triton' needs Triton (pip install triton): {why}")
+    if not module.usable_on(device):
+        raise ValueError(
+            f"kernel='triton' runs on CUDA (or on CPU in Triton's interpreter, "
+            f"TRITON_INTERPRET=1); the model is on {device.type}"
+        )
+    return "triton"
 
 
 @dataclass
@@ -102,11 +143,14 @@ class ESOptimizer:
             checkpoints; philox-v2 values do not depend on it).
         noise: the noise scheme, ``"blockseed-v1"`` (default: torch.randn per block, differs
             between CPU and CUDA) or ``"philox-v2"`` (counter-based, the same on any device
-            up to ulps of log/cos/sin; ~0.3x the speed on CPU) or ``"lowrank-v1-r<R>"``
+            up to ulps of log/cos/sin) or ``"lowrank-v1-r<R>"``
             (each matrix moves along rank-R factors drawn from the seed, as in EGGROLL;
             device-independent as philox-v2). Recorded in checkpoints and
             in the records ``step`` makes; replaying a record of another scheme is an error.
         threads: CPU threads that process chunks in parallel (each has its own workspace).
+        kernel: ``"auto"`` (default), ``"torch"`` or ``"triton"``: what draws and applies
+            the noise (see the module docstring); the values are the scheme's either way
+            (docs/es.md, "Noise kernels"). The kernel that runs is :attr:`kernel`.
         hash_base: hash the base weights now, so checkpoints can name them.
     """
 
@@ -123,6 +167,7 @@ class ESOptimizer:
         noise_block: int = DEFAULT_BLOCK,
         noise: str = NOISE_SCHEME,
         threads: int = 1,
+        kernel: str = "auto",
         include: Callable[[str, torch.nn.Parameter], bool] | None = None,
         params: str | None = None,
         hash_base: bool = True,
@@ -169,9 +214,16 @@ class ESOptimizer:
                     f"params {params!r} matches no parameter (names look like: {some})"
                 )
             raise ValueError("model has no floating-point parameters to optimize")
+        self.kernel = resolve_kernel(kernel, self.noise_scheme, self._params[0].device)
+        self._fused = None if self.kernel == "torch" else _triton_module()[0]
+        # the tensors the fused kernel passes whole (fp64 masters stay on the torch path)
+        self._fused_tensors = [
+            i for i, m in enumerate(self._masters) if self._fused and m.dtype == torch.float32
+        ]
         self._tasks = [
             (i, start, min(start + chunk_size, flat.numel()))
             for i, flat in enumerate(self._params)
+            if i not in self._fused_tensors
             for start in range(0, flat.numel(), chunk_size)
         ]
         self._workspaces = [_Workspace() for _ in range(threads)]
@@ -277,9 +329,20 @@ class ESOptimizer:
         )
         return noise
 
+    def _fused_keys(self, keys: list[list[tuple[int, int]]]) -> torch.Tensor:
+        """The fused tensors' Philox keys, ``keys[k][i]`` of entry k and tensor i, as one
+        (tensors, K, 2) int64 tensor on the device (one host-to-device copy)."""
+        rows = [[entry[i] for entry in keys] for i in self._fused_tensors]
+        return torch.tensor(rows, dtype=torch.int64).to(self._masters[0].device)
+
     @torch.no_grad()
     def _write_perturbed(self, seed: int, scale: float) -> None:
         streams = [stream_state(seed, name, self.noise_scheme) for name in self._names]
+        if self._fused_tensors:
+            keys = self._fused_keys([streams])
+            coef = self._fused.coef_tensor([scale], keys.device)
+            for row, i in enumerate(self._fused_tensors):
+                self._fused.perturb(self._params[i], self._masters[i], keys[row], coef)
 
         def fn(i: int, start: int, end: int, ws: _Workspace) -> None:
             master = self._masters[i][start:end]
@@ -299,6 +362,9 @@ class ESOptimizer:
 
     @torch.no_grad()
     def _sync_working(self) -> None:
+        for i in self._fused_tensors:  # one copy per tensor: on a GPU a chunk is a launch
+            self._params[i].copy_(self._masters[i])
+
         def fn(i: int, start: int, end: int, ws: _Workspace) -> None:
             # Re-cast from the master: bit-exact by construction, never a subtraction.
             self._params[i][start:end].copy_(self._masters[i][start:end])
@@ -315,6 +381,11 @@ class ESOptimizer:
         streams = [
             [stream_state(s, name, self.noise_scheme) for name in self._names] for s, _ in entries
         ]
+        if self._fused_tensors:
+            keys = self._fused_keys(streams)
+            coefs = self._fused.coef_tensor([c for _, c in entries], keys.device)
+            for row, i in enumerate(self._fused_tensors):
+                self._fused.update(self._params[i], self._masters[i], keys[row], coefs)
 
         def fn(i: int, start: int, end: int, ws: _Workspace) -> None:
             master = self._masters[i][start:end]
@@ -452,5 +523,6 @@ class ESOptimizer:
                 "scheme": self.noise_scheme,
                 "block": self.noise_block,
                 "device_type": self.device_type,
+                "kernel": self.kernel,  # what drew it; either kernel replays the log
             },
         }

@@ -115,7 +115,8 @@ def export_version(
     except ModelLoadError as exc:
         raise UserError(str(exc)) from None
     try:
-        opt = ESOptimizer(model, **run.config.es.optimizer_kwargs())
+        # any kernel replays the log: the one the run used may not run here (triton: CUDA)
+        opt = ESOptimizer(model, **{**run.config.es.optimizer_kwargs(), "kernel": "auto"})
     except ValueError as exc:  # es.params that match nothing in this model
         raise UserError(str(exc)) from None
     try:
