@@ -24,69 +24,42 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 import tempfile
-import threading
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run from a checkout, uninstalled
+from harness import SYSTEM
+from harness import run_sessions as run_all
 
-from runner.backends import GenerationRequest, SessionBatcher, make_backend  # noqa: E402
-from runner.machine import machine  # noqa: E402
-from runner.models import build_tiny_model  # noqa: E402
+from runner.backends import GenerationRequest, make_backend
+from runner.machine import machine
+from runner.models import build_tiny_model
 
-SYSTEM = {"role": "system", "content": "You are an agent in a Linux terminal."}
+OBSERVATION = "Command executed successfully. Output: {t} lines"
 
 
 def run_sessions(
     backend, sessions: int, turns: int, command_ms: float, instruction_words: int = 0
 ) -> dict:
-    batcher = SessionBatcher(backend, max_batch=64, window_s=0.05)
-    texts: list[list[str]] = [[] for _ in range(sessions)]
-    tokens = [0] * sessions
-    waited = [0.0] * sessions
-    opened = threading.Barrier(sessions)
-
-    def session(i: int) -> None:
-        rng = random.Random(i)  # the same command times in both modes
+    """Session i asks turn t with seed 1000 i + t and runs its commands on seed i, so both
+    modes get the same replies and the same command times."""
+    requests = []
+    for i in range(sessions):
         details = " ".join(f"file{i}_{k}.txt" for k in range(instruction_words))
         task = f"Task {i}: count the lines of data{i}.txt. {details}"
-        msgs = [SYSTEM, {"role": "user", "content": task}]
-        batcher.open_session()
-        opened.wait()
-        for t in range(turns):
-            t0 = time.perf_counter()
-            reply = batcher.generate(GenerationRequest(list(msgs), seed=1000 * i + t))
-            waited[i] += time.perf_counter() - t0
-            texts[i].append(reply.text)
-            tokens[i] += reply.tokens_out
-            msgs += [
-                {"role": "assistant", "content": reply.text},
-                {"role": "user", "content": f"Command executed successfully. Output: {t} lines"},
-            ]
-            time.sleep(rng.expovariate(1000.0 / command_ms) if command_ms > 0 else 0.0)
-        batcher.close_session()
-
-    threads = [threading.Thread(target=session, args=(i,)) for i in range(sessions)]
-    t0, cpu0 = time.perf_counter(), time.process_time()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
-    cores = (time.process_time() - cpu0) / wall  # every thread of this process: the engine's
-    batcher.close()
+        requests.append(GenerationRequest([SYSTEM, {"role": "user", "content": task}], 1000 * i))
+    done = run_all(
+        backend, requests, turns, seed_stride=1, command_ms=command_ms,
+        command_seeds=range(sessions), observation=OBSERVATION,
+    )  # fmt: skip
     return {
-        "wall_s": wall,
-        "tokens": sum(tokens),
-        "tokens_per_s": sum(tokens) / wall,
-        "wait_per_turn_ms": 1000 * sum(waited) / (sessions * turns),
-        "cores": cores,
-        "texts": texts,
+        "wall_s": done.wall_s,
+        "tokens": done.tokens,
+        "tokens_per_s": done.tokens / done.wall_s,
+        "wait_per_turn_ms": 1000 * done.waited_s / (sessions * turns),
+        "cores": done.cpu_s / done.wall_s,  # every thread of this process: the engine's
+        "texts": done.texts,
     }
 
 

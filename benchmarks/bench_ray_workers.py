@@ -1,8 +1,8 @@
-"""The cost of Ray workers (``backend: ray``) against local ones, on the same short run.
+"""The cost of Ray workers (``placement: ray``) against local ones, on the same short run.
 
 The CPU configuration (configs/runner/cpu_tiny.yaml: tiny model, G = 2, N = 4, D = 4, C = 4,
 3 turns), shortened to ``--updates`` updates, is trained ``--repeats`` times with each
-backend, alternating, through ``es-runner train`` in this process (a Ray run starts and
+placement, alternating, through ``es-runner train`` in this process (a Ray run starts and
 stops its own local Ray instance, as the command does). Printed, one JSON line per run
 and a summary line:
 
@@ -25,52 +25,39 @@ import contextlib
 import io
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-import pandas as pd
-import yaml
+from harness import run_figures, short_run_config
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run from a checkout, uninstalled
-
-from runner.models import build_tiny_model  # noqa: E402
+from runner.models import build_tiny_model
 
 
-def one_run(config: Path, out: Path, backend: str) -> dict:
+def one_run(config: Path, out: Path, placement: str) -> dict:
     from runner import cli
 
     t0 = time.perf_counter()
-    args = ["train", str(config), "--out", str(out), "--set", f"backend={backend}"]
+    args = ["train", str(config), "--out", str(out), "--set", f"placement={placement}"]
     with contextlib.redirect_stdout(io.StringIO()):  # the command's own summary table
         assert cli.main([*args, "--no-progress"]) == 0
     process_s = time.perf_counter() - t0
-    meta = json.loads((out / "meta.json").read_text())
-    jobs = pd.read_parquet(out / "jobs.parquet")
-    episodes = pd.read_parquet(out / "episodes.parquet")
-    wall = float(pd.read_parquet(out / "updates.parquet")["time"].max())
-    gaps = []
-    ran = jobs.dropna(subset=["start_time", "end_time"]).sort_values("dispatch_time")
-    for _, g in ran.groupby("worker"):
-        gaps += list(
-            g["start_time"].to_numpy()[1:]
-            - g["end_time"].to_numpy()[:-1]
-            - g["sync_s"].to_numpy()[1:]
-        )
-    orch = meta["orchestrator"]
-    own_s = orch["controller_s"] + orch["journal_s"] + orch["flush_s"]
+    fig = run_figures(out)
     return {
-        "backend": backend,
-        "wall_s": round(wall, 2),
+        "placement": placement,
+        "wall_s": fig["wall_s"],
         "process_s": round(process_s, 2),
-        "jobs": len(jobs),
-        "orchestrator_fraction": round(own_s / wall, 5),
-        "dispatch_gap_s_mean": round(statistics.mean(gaps), 4) if gaps else None,
-        "sync_s_mean": round(float(jobs["sync_s"].dropna().mean()), 4),
-        "generation_s_per_episode": round(float(episodes["generation_s"].mean()), 3),
-        "container_s_per_episode": round(float(episodes["container_s"].mean()), 3),
+        **{
+            k: fig[k]
+            for k in (
+                "jobs",
+                "orchestrator_fraction",
+                "dispatch_gap_s_mean",
+                "sync_s_mean",
+                "generation_s_per_episode",
+                "container_s_per_episode",
+            )
+        },
     }
 
 
@@ -79,28 +66,19 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
-    from runner.terminal.generator.writer import write_tasks
-
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         model = build_tiny_model(tmp / "tiny", seed=0, max_position_embeddings=4096)
-        config = yaml.safe_load((REPO / "configs/runner/cpu_tiny.yaml").read_text())
-        write_tasks(tmp / "tasks", 40, seed=0)
-        config.update(
-            updates=args.updates, eval_every=0, tasks={"dir": str(tmp / "tasks"), "split": "train"}
-        )
-        config["model"]["path"] = str(model)
-        path = tmp / "run.yaml"
-        path.write_text(yaml.safe_dump(config))
+        path = short_run_config(tmp, model, args.updates)
         rows: dict[str, list[dict]] = {"local": [], "ray": []}
         for i in range(args.repeats):
-            for backend in ("local", "ray"):
-                row = one_run(path, tmp / f"{backend}-{i}", backend)
-                rows[backend].append(row)
+            for placement in ("local", "ray"):
+                row = one_run(path, tmp / f"{placement}-{i}", placement)
+                rows[placement].append(row)
                 print(json.dumps({"run": row}), flush=True)
 
-    def median(backend: str, key: str) -> float:
-        return statistics.median(r[key] for r in rows[backend])
+    def median(placement: str, key: str) -> float:
+        return statistics.median(r[key] for r in rows[placement])
 
     summary = {
         "updates": args.updates,

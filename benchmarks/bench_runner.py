@@ -19,23 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-import pandas as pd
-import yaml
+from harness import SYSTEM, run_figures, run_sessions, short_run_config
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run from a checkout, uninstalled
-
-from runner.backends import GenerationRequest, SessionBatcher, make_backend  # noqa: E402
-from runner.es import ESOptimizer  # noqa: E402
-from runner.models import build_tiny_model  # noqa: E402
-
-SYSTEM = {"role": "system", "content": "You are an agent in a Linux terminal."}
+from runner.backends import GenerationRequest, make_backend
+from runner.es import ESOptimizer
+from runner.models import build_tiny_model
 
 
 def requests(n: int, turns: int = 2) -> list[GenerationRequest]:
@@ -66,24 +58,8 @@ def bench_generation(model_dir: Path, sessions: list[int], tokens: int) -> list[
         single = [backend.generate([r])[0] for r in reqs]
         t_single = time.perf_counter() - t0
         assert [g.text for g in batched] == [g.text for g in single]  # same tokens either way
-        batcher = SessionBatcher(backend, max_batch=64, window_s=0.05)
-        out = [None] * n
-        opened = threading.Barrier(n)
-
-        def session(i, out=out, batcher=batcher, reqs=reqs, opened=opened):
-            batcher.open_session()
-            opened.wait()
-            out[i] = batcher.generate(reqs[i])
-            batcher.close_session()
-
-        threads = [threading.Thread(target=session, args=(i,)) for i in range(n)]
-        t0 = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        t_batcher = time.perf_counter() - t0
-        batcher.close()
+        through = run_sessions(backend, reqs)  # C threads through the session batcher
+        t_batcher = through.wall_s
         total = sum(g.tokens_out for g in batched)
         rows.append(
             {
@@ -94,7 +70,7 @@ def bench_generation(model_dir: Path, sessions: list[int], tokens: int) -> list[
                 "batcher_tok_s": round(total / t_batcher, 1),
                 "speedup_batched": round(t_single / t_batched, 2),
                 "speedup_batcher": round(t_single / t_batcher, 2),
-                "batcher_batches": batcher.batch_sizes,
+                "batcher_batches": through.batch_sizes,
             }
         )
     backend.close()
@@ -129,50 +105,28 @@ def bench_replay(model_dir: Path, cohort: int, missed: int) -> dict:
 
 
 def bench_run(model_dir: Path, updates: int, out: Path) -> dict:
+    import yaml
+
     from runner import cli
     from runner.terminal.episode import make_client, run_episodes
-    from runner.terminal.generator.writer import write_tasks
     from runner.terminal.images import ImageBuilder
     from runner.terminal.loaders import load_task
     from runner.terminal.protocol import ScriptedAgent
 
-    config = yaml.safe_load((REPO / "configs/runner/cpu_tiny.yaml").read_text())
-    tasks = out / "tasks"
-    write_tasks(tasks, 40, seed=0)
-    config.update(updates=updates, eval_every=0, tasks={"dir": str(tasks), "split": "train"})
-    config["model"]["path"] = str(model_dir)
-    path = out / "run.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path = short_run_config(out, model_dir, updates)
+    config = yaml.safe_load(path.read_text())
     run = out / "run"
     t0 = time.perf_counter()
     assert cli.main(["train", str(path), "--out", str(run), "--no-progress"]) == 0
     total_s = time.perf_counter() - t0
-    meta = json.loads((run / "meta.json").read_text())
-    jobs = pd.read_parquet(run / "jobs.parquet")
-    episodes = pd.read_parquet(run / "episodes.parquet")
-    wall = float(pd.read_parquet(run / "updates.parquet")["time"].max())
-    G = config["workers"]
-    # dispatch gap: from a worker's result landing to its next job starting, minus syncing
-    gaps = []
-    for _, g in (
-        jobs.dropna(subset=["start_time", "end_time"])
-        .sort_values("dispatch_time")
-        .groupby("worker")
-    ):
-        gaps += list(
-            g["start_time"].to_numpy()[1:]
-            - g["end_time"].to_numpy()[:-1]
-            - g["sync_s"].to_numpy()[1:]
-        )
-    orch = meta["orchestrator"]
-    own_s = orch["controller_s"] + orch["journal_s"] + orch["flush_s"]
-    done = episodes[episodes["job_id"].isin(jobs.loc[jobs.verdict != "cancelled", "job_id"])]
-    runner_epm = 60 * len(done) / wall
+    fig = run_figures(run)
+    wall, G = fig["wall_s"], config["workers"]
+    runner_epm = 60 * fig["episodes"] / wall
 
     # the scripted-agent ceiling at the same number of live sessions
     client = make_client(pool=64)
     builder = ImageBuilder(client)
-    loaded = [load_task(tasks / t) for t in done["task_id"]]
+    loaded = [load_task(out / "tasks" / t) for t in fig["task_ids"]]
     jobs_ = [(t, ScriptedAgent.from_file(t.solution)) for t in loaded]
     t0 = time.perf_counter()
     records = run_episodes(
@@ -186,13 +140,15 @@ def bench_run(model_dir: Path, updates: int, out: Path) -> dict:
         "updates": updates,
         "wall_s": round(wall, 1),
         "process_s": round(total_s, 1),
-        "orchestrator_own_s": round(own_s, 3),
-        "orchestrator_fraction": round(own_s / wall, 5),
-        "dispatch_gap_s_mean": round(statistics.mean(gaps), 4) if gaps else None,
-        "dispatch_gap_fraction": round(sum(gaps) / (G * wall), 5) if gaps else None,
-        "generation_s_per_episode": round(float(done["generation_s"].mean()), 3),
-        "container_s_per_episode": round(float(done["container_s"].mean()), 3),
-        "turns_per_episode": round(float(done["turns"].mean()), 2),
+        **{
+            k: fig[k]
+            for k in ("orchestrator_own_s", "orchestrator_fraction", "dispatch_gap_s_mean")
+        },
+        "dispatch_gap_fraction": round(fig["dispatch_gap_s_total"] / (G * wall), 5),
+        **{
+            k: fig[k]
+            for k in ("generation_s_per_episode", "container_s_per_episode", "turns_per_episode")
+        },
         "runner_episodes_per_min": round(runner_epm, 1),
         "scripted_episodes_per_min": round(scripted_epm, 1),
         "scripted_turns_per_episode": round(statistics.mean(r.turns for r in records), 2),

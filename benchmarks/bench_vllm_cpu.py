@@ -23,11 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run from a checkout, uninstalled
-
-from runner.backends import GenerationRequest, make_backend  # noqa: E402
-from runner.models import build_tiny_model  # noqa: E402
+from runner.backends import GenerationRequest, make_backend
+from runner.models import build_tiny_model
 
 MODELS = {  # head size 64 in both (vLLM's CPU attention refuses make-tiny's default 16)
     "tiny": {"hidden_size": 64, "num_layers": 2, "num_heads": 1, "num_kv_heads": 1,

@@ -31,23 +31,19 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run from a checkout, uninstalled
+import numpy as np
+import pandas as pd
+import yaml
+from harness import SYSTEM
+from scipy import optimize
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import yaml  # noqa: E402
-from scipy import optimize  # noqa: E402
-
-from runner.backends import GenerationRequest, SessionBatcher  # noqa: E402
-from runner.config import load_run_config  # noqa: E402
-from runner.errors import UserError  # noqa: E402
-from runner.workers.local import build_backend  # noqa: E402
-from staleness_sim.core.settings import ConfigError  # noqa: E402
-from staleness_sim.durations.engine_model import EngineSpec  # noqa: E402
-from staleness_sim.validation.turn_fit import _mean_load  # noqa: E402
-
-SYSTEM = {"role": "system", "content": "You are an agent in a Linux terminal."}
+from runner.backends import GenerationRequest, SessionBatcher
+from runner.config import load_run_config
+from runner.errors import UserError
+from runner.workers.local import build_backend
+from staleness_sim.core.settings import ConfigError
+from staleness_sim.durations.engine_model import EngineSpec
+from staleness_sim.validation.turn_fit import _mean_load
 
 
 def sessions_at(backend, batch: int, turns: int, words: int, output_words: int, rnd: int):

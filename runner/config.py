@@ -8,6 +8,7 @@ policy models and error messages, so a scenario and a run read alike.
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -200,8 +201,9 @@ class RunConfig(_Strict):
     checkpoint_every: NonNegInt = 1  # 0: only at the end
     eval_every: NonNegInt = 0  # 0: no evaluation during training
     eval: EvalConfig = EvalConfig()
-    # where workers run: in this process, or as Ray actors (runner/workers/)
-    backend: Literal["local", "ray"] = "local"
+    # where workers run: in this process, or as Ray actors (runner/workers/); the key was
+    # called `backend` before (still read, see RENAMED)
+    placement: Literal["local", "ray"] = "local"
     # members dispatched at one version share task batch and sampling seed (as published)
     common_random_numbers: bool = True
     logging: LoggingConfig = LoggingConfig()  # live metrics: console, jsonl, tensorboard, ...
@@ -216,7 +218,24 @@ class RunConfig(_Strict):
         return self
 
 
+# Top-level keys renamed (old: new). An old name keeps working for now: a recorded run
+# reads silently, a config file or --set says the new name in one line (load_run_config).
+RENAMED = {"backend": "placement"}
+
+
+def _renamed(data: dict[str, Any], source: str) -> tuple[dict[str, Any], list[str]]:
+    """``data`` with each old top-level key under its new name, and the old names used."""
+    old = [k for k in RENAMED if k in data]
+    for key in old:
+        if RENAMED[key] in data:
+            raise ConfigError(
+                f"{source}: {key}: renamed to {RENAMED[key]}; give {RENAMED[key]} only"
+            )
+    return {RENAMED.get(k, k): v for k, v in data.items()}, old
+
+
 def validate_run(data: dict[str, Any], source: str = "config") -> RunConfig:
+    data, _ = _renamed(data, source)
     try:
         config = RunConfig.model_validate(data)
     except ValidationError as e:
@@ -229,8 +248,14 @@ def validate_run(data: dict[str, Any], source: str = "config") -> RunConfig:
 
 
 def load_run_config(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> RunConfig:
-    overrides = dict(parse_assignment(s) for s in sets)
-    return validate_run(with_overrides(read_yaml(path), overrides), str(path))
+    data, old = _renamed(read_yaml(path), str(path))
+    overrides, old_set = _renamed(dict(parse_assignment(s) for s in sets), "--set")
+    for key in dict.fromkeys(old + old_set):
+        print(
+            f"{path}: '{key}' is now called '{RENAMED[key]}' (the old name works for now)",
+            file=sys.stderr,
+        )
+    return validate_run(with_overrides(data, overrides), str(path))
 
 
 def resolve_paths(config: RunConfig, base: Path | None = None) -> RunConfig:

@@ -12,7 +12,7 @@ order the SimPy engine takes them:
 4. the run ends with the last commit; jobs still running are cancelled.
 
 Workers run their jobs on threads; what they return is handed back to this loop. With
-``backend: ray`` each worker is a Ray actor (:mod:`runner.workers.ray_driver`) and the thread
+``placement: ray`` each worker is a Ray actor (:mod:`runner.workers.ray_driver`) and the thread
 waits on it; the policy, the journal and the trace stay here either way. Each
 change of state is appended to the journal (commits fsync'd) as it happens, and the
 trace tables are rewritten (throttled) as the run goes.
@@ -83,7 +83,7 @@ class Orchestrator:
         self.client, self.builder = client, builder
         self.progress, self.evaluator = progress, evaluator
         self.tracker = tracker  # live metrics (runner.tracking), or None
-        # Builds worker i: LocalWorker, or a Ray actor's handle with backend: ray.
+        # Builds worker i: LocalWorker, or a Ray actor's handle with placement: ray.
         self.worker_class = worker_class or worker_factory(config)
         self.rule = config.es.update_rule()
         self.state = RunState(config, self.rule)

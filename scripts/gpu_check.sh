@@ -15,6 +15,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# The project need not be installed there: this checkout goes first on the import path.
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 args=()
 if [ -n "${OUT:-}" ]; then
   mkdir -p "$OUT"

@@ -84,16 +84,14 @@ class HFBackend(GenerationBackend):
         dtype: str = "float32",
         device: str = "cpu",
         es: dict[str, Any] | None = None,
-        temperature: float = 0.6,
-        top_p: float = 1.0,
-        max_new_tokens: int = 2048,
-        context_tokens: int = 16384,
-        stop: Sequence[str] = ("</command>", "</action>"),
         batching: str = "turn",
         max_batch: int = 64,
         admit_window_s: float = 0.05,
         prefix_reuse: bool = False,
+        **sampling: Any,
     ) -> None:
+        """``sampling``: the keywords of :meth:`TurnSettings.build` (temperature, top_p,
+        max_new_tokens, context_tokens, stop), the same for every backend."""
         if batching not in BATCHING:
             raise ValueError(f"batching must be one of {', '.join(BATCHING)}, got {batching!r}")
         if max_batch < 1:
@@ -102,13 +100,7 @@ class HFBackend(GenerationBackend):
         self.device = torch.device(device)
         self.es = ESOptimizer(self.model, **(es or {}))
         self.turn = TurnSettings.build(
-            self.tokenizer,
-            self.model.generation_config.eos_token_id,
-            temperature=temperature,
-            top_p=top_p,
-            max_new_tokens=max_new_tokens,
-            context_tokens=context_tokens,
-            stop=stop,
+            self.tokenizer, self.model.generation_config.eos_token_id, **sampling
         )
         # Enough trailing tokens to hold any stop string even at one character per token.
         self._stop_window = max((len(s) for s in self.turn.stop), default=0) + 1

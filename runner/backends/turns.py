@@ -32,13 +32,15 @@ class TurnSettings:
         tokenizer: Any,
         model_eos: int | Sequence[int] | None,
         *,
-        temperature: float,
-        top_p: float,
-        max_new_tokens: int,
-        context_tokens: int,
-        stop: Sequence[str],
+        temperature: float = 0.6,
+        top_p: float = 1.0,
+        max_new_tokens: int = 2048,
+        context_tokens: int = 16384,
+        stop: Sequence[str] = ("</command>", "</action>"),
     ) -> TurnSettings:
-        """``model_eos``: the generation config's ``eos_token_id`` (one id, a list, or None)."""
+        """``model_eos``: the generation config's ``eos_token_id`` (one id, a list, or None).
+        The keywords are those every backend takes (the run config's ``sampling`` and
+        ``context_tokens``); the defaults are the config's."""
         if context_tokens <= max_new_tokens:
             raise ValueError(
                 f"context_tokens ({context_tokens}) must exceed the tokens generated per turn "

@@ -123,24 +123,14 @@ class VLLMBackend(GenerationBackend):
         dtype: str = "bfloat16",
         device: str = "cuda",
         es: dict[str, Any] | None = None,
-        temperature: float = 0.6,
-        top_p: float = 1.0,
-        max_new_tokens: int = 2048,
-        context_tokens: int = 16384,
-        stop: Sequence[str] = ("</command>", "</action>"),
         engine: Mapping[str, Any] | None = None,
+        **sampling: Any,
     ) -> None:
+        """``sampling``: the keywords of :meth:`TurnSettings.build`, as for ``hf``."""
         vllm = require_vllm()
         self.options = EngineOptions.from_mapping(engine)
         self.path, self.device, self.dtype = Path(path), device, dtype
-        self.tokenizer, self.turn = load_turn_settings(
-            self.path,
-            temperature=temperature,
-            top_p=top_p,
-            max_new_tokens=max_new_tokens,
-            context_tokens=context_tokens,
-            stop=stop,
-        )
+        self.tokenizer, self.turn = load_turn_settings(self.path, **sampling)
         check_engine(vllm, self.path, device, self.options)
         self._ids = itertools.count()
         self._prefix = uuid.uuid4().hex[:8]

@@ -151,19 +151,13 @@ def pretrain(args: argparse.Namespace) -> int:
             raise UserError(f"--categories: unknown {unknown}; known: {', '.join(CATEGORIES)}")
     if args.task_dir is None and args.tasks < 10:
         raise UserError(f"--tasks must be >= 10 (80 % are the train split), got {args.tasks}")
-    heads, kv_heads = _heads(args.hidden, head_dim=32)
     cfg = PretrainConfig(
         steps=args.steps,
         batch_size=args.batch_size,
         lr=args.lr,
         prompt_loss_weight=args.prompt_loss_weight,
         seed=args.seed,
-        vocab_size=args.vocab,
-        hidden_size=args.hidden,
-        num_layers=args.layers,
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        intermediate_size=3 * args.hidden,
+        **_shape(args, head_dim=32, ffn_factor=3),
         context_tokens=args.context,
         max_new_tokens=args.max_new_tokens,
     )
@@ -189,10 +183,19 @@ def export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _heads(hidden: int, head_dim: int) -> tuple[int, int]:
-    """Attention heads of ``head_dim`` and grouped key/value heads (half, when even)."""
-    heads = hidden // head_dim
-    return heads, heads // 2 if heads % 2 == 0 else heads
+def _shape(args: argparse.Namespace, head_dim: int, ffn_factor: int) -> dict[str, int]:
+    """The model shape from --vocab, --hidden and --layers, in the keywords that both
+    PretrainConfig and build_tiny_model take: attention heads of ``head_dim``, grouped
+    key/value heads (half, when even), a feed-forward ``ffn_factor`` times the hidden size."""
+    heads = args.hidden // head_dim
+    return {
+        "vocab_size": args.vocab,
+        "hidden_size": args.hidden,
+        "num_layers": args.layers,
+        "num_heads": heads,
+        "num_kv_heads": heads // 2 if heads % 2 == 0 else heads,
+        "intermediate_size": ffn_factor * args.hidden,
+    }
 
 
 def make_tiny(args: argparse.Namespace) -> int:
@@ -206,16 +209,10 @@ def make_tiny(args: argparse.Namespace) -> int:
         raise UserError(f"--head-dim must divide --hidden {args.hidden}, got {args.head_dim}")
     if args.dir.exists() and any(args.dir.iterdir()):
         raise UserError(f"{args.dir} exists and is not empty")
-    heads, kv_heads = _heads(args.hidden, head_dim=args.head_dim)
     out = build_tiny_model(
         args.dir,
         seed=args.seed,
-        vocab_size=args.vocab,
-        hidden_size=args.hidden,
-        num_layers=args.layers,
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        intermediate_size=2 * args.hidden,
+        **_shape(args, head_dim=args.head_dim, ffn_factor=2),
         max_position_embeddings=args.context,
     )
     from transformers import AutoConfig

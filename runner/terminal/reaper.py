@@ -87,10 +87,6 @@ def _listing(client: docker.DockerClient, label: str) -> list[dict[str, Any]]:
     return client.api.containers(all=True, filters={"label": label})
 
 
-def count_sandboxes(client: docker.DockerClient) -> int:
-    return len(_listing(client, LABEL_SANDBOX))
-
-
 def count_ours(client: docker.DockerClient) -> int:
     """Every container of ours (sandboxes and any other that carries the owner label)."""
     return len(_listing(client, LABEL_OWNER))

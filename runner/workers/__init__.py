@@ -5,7 +5,7 @@
   backend, batcher and episode settings, and the one call of :func:`runner.rollouts.run_job`);
 - :mod:`~runner.workers.ray_actor`: the Ray actor, which wraps a ``LocalWorker`` in its own
   process; :mod:`~runner.workers.ray_driver`: the orchestrator's handle on an actor
-  (:class:`RayWorker`) and the pool that starts them (``backend: ray``, ``docs/scaling.md``);
+  (:class:`RayWorker`) and the pool that starts them (``placement: ray``, ``docs/scaling.md``);
 - :mod:`~runner.workers.factory`: :func:`worker_factory` picks one from the config.
 
 Imports go one way: protocol <- local <- ray_actor <- ray_driver <- factory. Nothing here

@@ -1,4 +1,4 @@
-"""The factory of a run's workers, chosen by the config's ``backend``."""
+"""The factory of a run's workers, chosen by the config's ``placement``."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from runner.workers.ray_driver import RayWorkerPool
 
 
 def worker_factory(config: RunConfig) -> WorkerFactory:
-    """``LocalWorker`` (``backend: local``), or a pool of Ray actors (``backend: ray``).
+    """``LocalWorker`` (``placement: local``), or a pool of Ray actors (``placement: ray``).
 
     Ray itself is imported only when a Ray pool is built.
     """
-    if config.backend == "ray":
+    if config.placement == "ray":
         return RayWorkerPool(config)
     return LocalWorker

@@ -1,4 +1,4 @@
-"""A worker in this process (``backend: local``), and how any worker builds its backend.
+"""A worker in this process (``placement: local``), and how any worker builds its backend.
 
 Local workers run their jobs on the orchestrator's threads, one job at a time each. The
 interface the orchestrator uses is :class:`runner.workers.protocol.Worker`.

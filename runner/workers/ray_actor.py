@@ -1,4 +1,4 @@
-"""The Ray actor of a worker (``backend: ray``): a :class:`LocalWorker` in its own process.
+"""The Ray actor of a worker (``placement: ray``): a :class:`LocalWorker` in its own process.
 
 It runs on any node of the cluster. What it adds to the local worker it wraps is what
 crossing processes needs: its own copy of the update log (only the records it lacks are

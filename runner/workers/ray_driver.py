@@ -1,4 +1,4 @@
-"""Ray workers (``backend: ray``), the orchestrator's side: each worker is a Ray actor.
+"""Ray workers (``placement: ray``), the orchestrator's side: each worker is a Ray actor.
 
 The orchestrator stays the single controller, in its own process (Ray's driver): the
 scheduling policy, the journal, the trace and the update rule never leave it. A
@@ -89,7 +89,7 @@ def import_ray():
     try:
         import ray
     except ImportError:
-        raise UserError("backend: ray needs Ray: pip install -e .[ray]") from None
+        raise UserError("placement: ray needs Ray: pip install -e .[ray]") from None
     return ray
 
 

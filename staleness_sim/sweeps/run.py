@@ -33,7 +33,7 @@ from staleness_sim.durations.kernel_threads import ENV as THREADS_ENV
 from staleness_sim.sweeps.spec import Run, SweepSpec, axis_value, load_sweep, parse_sweep
 from staleness_sim.sweeps.store import SWEEP_INFO, ResultStore, atomic_write
 
-BACKENDS = ("local", "ray")
+PLACEMENTS = ("local", "ray")  # where the runs execute (the runner's `placement` too)
 Batch = list[tuple[str, dict[str, Any]]]  # (key, scenario) pairs
 
 
@@ -89,7 +89,7 @@ def _plain(x: Any) -> Any:
     return x.item() if hasattr(x, "item") else str(x)
 
 
-# -- backends ---------------------------------------------------------------------------
+# -- placements -------------------------------------------------------------------------
 
 
 def batch_size(n_runs: int, jobs: int) -> int:
@@ -125,7 +125,7 @@ def import_ray():
         import ray
     except ImportError:
         raise ConfigError(
-            "--backend ray needs Ray: pip install 'ray>=2.9' (or the ray extra)"
+            "--placement ray needs Ray: pip install 'ray>=2.9' (or the ray extra)"
         ) from None
     return ray
 
@@ -175,32 +175,34 @@ def run_sweep(
     sweep: SweepSpec | dict[str, Any] | str | Path,
     out: str | Path,
     jobs: int | None = None,
-    backend: str = "local",
+    placement: str = "local",
     yes: bool = False,
     progress: bool | None = None,
     batch: int | None = None,
+    backend: str | None = None,
 ) -> SweepOutput:
     """Run every unfinished point of ``sweep`` into folder ``out``; return the results.
 
     Every point is validated before anything runs or is written; ``progress=None`` shows a
-    bar only on a terminal.
+    bar only on a terminal. ``backend`` is the old name of ``placement`` (still taken).
     """
     spec = sweep if isinstance(sweep, SweepSpec) else _as_spec(sweep)
-    if backend not in BACKENDS:
-        raise ConfigError(f"--backend: {backend!r} is not one of {', '.join(BACKENDS)}")
+    placement = placement if backend is None else backend
+    if placement not in PLACEMENTS:
+        raise ConfigError(f"--placement: {placement!r} is not one of {', '.join(PLACEMENTS)}")
     jobs = jobs if jobs is not None else (len(os.sched_getaffinity(0)) or 1)
     if jobs < 1:
         raise ConfigError(f"--jobs: must be at least 1 (got {jobs})")
     if batch is not None and batch < 1:
         raise ConfigError(f"batch: must be at least 1 (got {batch})")
     runs = spec.runs(yes=yes)  # validates every point: nothing is written on error
-    if backend == "ray":
+    if placement == "ray":
         import_ray()
     folder = Path(out)
     store = ResultStore(folder)
     store.check_readable()
     with store.lock():
-        return _run(spec, runs, store, jobs, backend, progress, batch)
+        return _run(spec, runs, store, jobs, placement, progress, batch)
 
 
 def _run(
@@ -208,7 +210,7 @@ def _run(
     runs: list[Run],
     store: ResultStore,
     jobs: int,
-    backend: str,
+    placement: str,
     progress: bool | None,
     batch: int | None,
 ) -> SweepOutput:
@@ -221,7 +223,7 @@ def _run(
         batches = [
             [(r.key, r.scenario) for r in todo[i : i + size]] for i in range(0, len(todo), size)
         ]
-        execute = run_local if backend == "local" else run_ray
+        execute = run_local if placement == "local" else run_ray
         from tqdm import tqdm
 
         bar = tqdm(
@@ -269,24 +271,33 @@ def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, help="output folder (default: runs/sweeps/<sweep name>)")
     p.add_argument("--jobs", type=int, help="parallel processes or Ray CPUs (default: all cores)")
     p.add_argument(
-        "--backend",
-        choices=BACKENDS,
-        default="local",
+        "--placement",
+        choices=PLACEMENTS,
         help="local process pool (default) or Ray tasks (joins RAY_ADDRESS if set)",
     )
+    p.add_argument("--backend", choices=PLACEMENTS, help="old name of --placement")
     p.add_argument("--batch", type=int, help="runs per task (default: about 8 tasks per worker)")
     p.add_argument("--yes", action="store_true", help="allow more than 100,000 runs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def sweep_command(args: argparse.Namespace) -> int:
+    placement = args.placement or "local"
+    if args.backend is not None:
+        if args.placement not in (None, args.backend):
+            raise ConfigError("--backend is the old name of --placement: give --placement only")
+        print(
+            "staleness-sim: --backend is now --placement (the old name works for now)",
+            file=sys.stderr,
+        )
+        placement = args.backend
     spec = load_sweep(args.sweep)
     out = args.out or Path("runs") / "sweeps" / spec.name
     result = run_sweep(
         spec,
         out,
         jobs=args.jobs,
-        backend=args.backend,
+        placement=placement,
         yes=args.yes,
         progress=False if args.no_progress else None,
         batch=args.batch,

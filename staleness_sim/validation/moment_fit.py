@@ -167,7 +167,7 @@ def recorded_busy(run: MeasuredRun) -> np.ndarray:
     that recorded both (``meta.json``; runs since 2026-12-06, not a segment ended by a
     kill), each from its start to the next one's (the last to the run's end). The run's
     process must hold its workers' engines (``backend: local``)."""
-    backend = run.config.get("backend", "local")
+    backend = run.config.get("placement", run.config.get("backend", "local"))  # old name
     if backend != "local":
         raise TraceError(
             f"{run.folder}: --cpu-share measured needs backend: local (the run's process "

@@ -6,6 +6,7 @@ image FAILS them; otherwise they are skipped with the reason.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -20,6 +21,17 @@ REPO = Path(__file__).resolve().parents[2]
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
+
+
+def load_benchmark(name: str):
+    """benchmarks/NAME.py as a module, with its sibling imports (the shared harness) found
+    as ``python benchmarks/NAME.py`` finds them."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(REPO / "benchmarks"))
+        spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return module
 
 
 def cli(*args: str, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:

@@ -4,20 +4,14 @@ where and how fast the engine ran as comments."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import yaml
+from conftest import load_benchmark
 
 from staleness_sim.validation.turn_fit import engine_cpu_fields
 
 torch = pytest.importorskip("torch")
-SPEC = importlib.util.spec_from_file_location(
-    "bench_batching", Path(__file__).resolve().parents[2] / "benchmarks" / "bench_batching.py"
-)
-bench_batching = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(bench_batching)
+bench_batching = load_benchmark("bench_batching")
 
 
 def test_engine_cpu_file_reads_back_with_its_provenance(tmp_path):

@@ -23,6 +23,11 @@ def request(k: int) -> GenerationRequest:
     return GenerationRequest([SYSTEM, task], seed=500 + k)
 
 
+# A batching window far longer than the test's work on any machine, however busy: a test
+# that ends well within it did not wait for it (a claim of order, not of speed).
+WINDOW_S = 600.0
+
+
 def backend(tiny_model, batching: str, **kw):
     return make_backend(
         "hf", path=str(tiny_model), max_new_tokens=40, context_tokens=512, stop=(),
@@ -119,7 +124,7 @@ def test_a_cancelled_turn_leaves_the_batch_and_the_others_finish(tiny_model, alo
 
 def test_the_batcher_hands_turns_straight_to_a_continuous_backend(tiny_model, alone):
     b = backend(tiny_model, "continuous")
-    batcher = SessionBatcher(b, max_batch=8, window_s=5.0)
+    batcher = SessionBatcher(b, max_batch=8, window_s=WINDOW_S)
     replies = [None] * 4
 
     def session(i):
@@ -135,7 +140,7 @@ def test_the_batcher_hands_turns_straight_to_a_continuous_backend(tiny_model, al
         t.join()
     batcher.close()
     b.close()
-    assert time.perf_counter() - t0 < 4.0  # no 5 s batching window
+    assert time.perf_counter() - t0 < WINDOW_S / 2  # the window was never waited for
     assert batcher.batch_sizes == []  # nothing went through the window
     assert [r.text for r in replies] == [alone(i).text for i in range(4)]
 

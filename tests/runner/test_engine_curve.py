@@ -4,18 +4,14 @@ each turn saw the whole batch and the batch's whole context)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from conftest import load_benchmark
 
 from staleness_sim.durations.engine_model import Engine, EngineSpec
 
-SPEC = importlib.util.spec_from_file_location(
-    "engine_curve", Path(__file__).resolve().parents[2] / "benchmarks" / "engine_curve.py"
-)
-engine_curve = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(engine_curve)
+engine_curve = load_benchmark("engine_curve")
 
 A, S, K = 0.004, 0.0015, 3e-6  # s at batch 1, s per extra sequence, s per token held
 

@@ -61,7 +61,7 @@ def test_wrong_types_and_values(tmp_path, tiny_model, run_cli):
         "policy": ({"kind": "bounded"}, "policy.max_lag: required field is missing"),
         "sampling": ({"top_p": 1.5}, "sampling.top_p"),
         "context_tokens": (16, "must exceed sampling.max_new_tokens"),
-        "backend": ("slurm", "backend"),
+        "placement": ("slurm", "placement"),
     }
     for key, (value, expected) in cases.items():
         data = base(tiny_model)
@@ -95,6 +95,37 @@ def test_wrong_types_and_values(tmp_path, tiny_model, run_cli):
     data["policy"] = {"kind": "controlled_delay", "fraction": 0.9, "delay": 2}
     data["cohort"] = 1
     assert "policy:" in one_error_line(run_cli("train", str(write(tmp_path, data))))
+
+
+def test_the_old_name_backend_still_works_and_names_placement(tmp_path, capsys):
+    """``backend: local|ray`` was renamed ``placement`` (``model.backend`` keeps hf|vllm)."""
+    from runner.config import config_yaml, load_run_config, validate_run
+
+    data = yaml.safe_load((REPO / "configs/runner/cpu_tiny.yaml").read_text())
+    assert data["placement"] == "local"
+    old = {k if k != "placement" else "backend": v for k, v in data.items()}
+    old["backend"] = "ray"
+    path = write(tmp_path, old)
+    config = load_run_config(path)
+    assert config.placement == "ray" and config.model.backend == "hf"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"{path}: 'backend' is now called 'placement' (the old name works for now)"]
+    # an override by the old name replaces the file's new key, and says so too
+    config = load_run_config(write(tmp_path, data, "new.yaml"), ["backend=ray"])
+    assert config.placement == "ray"
+    assert "'backend' is now called 'placement'" in capsys.readouterr().err
+    # the new name alone: silent; a recorded run's config (validate_run): silent
+    assert load_run_config(write(tmp_path, data, "new.yaml")).placement == "local"
+    assert validate_run(old).placement == "ray"
+    assert capsys.readouterr().err == ""
+    assert "placement: ray" in config_yaml(config) and "backend: ray" not in config_yaml(config)
+
+
+def test_old_and_new_name_together_is_one_clear_error(tmp_path, tiny_model, run_cli):
+    data = base(tiny_model)
+    data["backend"] = "ray"
+    line = one_error_line(run_cli("train", str(write(tmp_path, data))))
+    assert "backend: renamed to placement; give placement only" in line
 
 
 def test_set_overrides_are_validated_too(tmp_path, tiny_model, run_cli):

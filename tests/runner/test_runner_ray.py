@@ -1,4 +1,4 @@
-"""``backend: ray``: workers as Ray actors (a local Ray instance), real containers, tiny model.
+"""``placement: ray``: workers as Ray actors (a local Ray instance), real containers, tiny model.
 
 Select with ``pytest -m ray tests/runner`` (``-m "ray and not slow"`` leaves out the
 SIGKILL-and-resume test, the longest). The runs are the sizes of the other runner
@@ -108,7 +108,7 @@ def actor_pids(run: Path) -> list[int]:
     return pids
 
 
-# -- what the two backends must agree on -------------------------------------------------------
+# -- what the two placements must agree on -----------------------------------------------------
 
 
 def dispatches(run: Path) -> dict[int, dict]:
@@ -175,7 +175,7 @@ def test_sync_run_on_ray_actors_equals_the_local_run(
     config = run_config(**{"policy": {"kind": "sync"}, **REAL_UPDATES})
     local, remote = tmp_path / "local", tmp_path / "ray"
     assert train(str(config), "--out", str(local)) == 0
-    assert train(str(config), "--out", str(remote), "--set", "backend=ray") == 0
+    assert train(str(config), "--out", str(remote), "--set", "placement=ray") == 0
     check_run(local, cohort=2, updates=2, workers=2, max_lag=0)
     trace, _ = check_run(remote, cohort=2, updates=2, workers=2, max_lag=0)
     assert not trace.updates["zero_update"].any()  # real updates, replayed by the actors
@@ -205,7 +205,7 @@ def test_bounded_run_on_ray_actors_agrees_with_local_where_it_is_deterministic(
     )
     local, remote = tmp_path / "local", tmp_path / "ray"
     assert train(str(config), "--out", str(local)) == 0
-    assert train(str(config), "--out", str(remote), "--set", "backend=ray") == 0
+    assert train(str(config), "--out", str(remote), "--set", "placement=ray") == 0
     check_run(remote, cohort=2, updates=3, workers=2, max_lag=1)
     check_episode_clock(remote)
     check_replays(remote, actor_hashes)
@@ -262,7 +262,7 @@ def test_a_killed_actor_is_restarted_and_its_job_cancelled(
     monkeypatch.setattr(RayWorker, "run_job", run_job)
     out = tmp_path / "killed"
     config = run_config(**{"updates": 3, "policy": {"kind": "bounded", "max_lag": 1}})
-    assert train(str(config), "--out", str(out), "--set", "backend=ray") == 0
+    assert train(str(config), "--out", str(out), "--set", "placement=ray") == 0
     trace, _ = check_run(out, cohort=2, updates=3, workers=2, max_lag=1)
     row = trace.jobs.set_index("job_id").loc[killed["job"]]
     assert row["verdict"] == "cancelled"
@@ -296,7 +296,7 @@ def test_sigkill_of_a_ray_run_leaves_no_container_and_resumes(engine, run_config
     config = run_config(**{"policy": {"kind": "bounded", "max_lag": 1}})
     proc = subprocess.Popen(
         [sys.executable, "-m", "runner.cli", "train", str(config), "--out", str(run),
-         "--set", "backend=ray", "--no-progress"],
+         "--set", "placement=ray", "--no-progress"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
     )  # fmt: skip

@@ -77,9 +77,18 @@ def test_bad_jobs_and_missing_ray(existing, tiny_sweep, write_sweep, capsys, mon
     assert cli.main(["sweep", str(path), "--out", str(out), "--jobs", "0"]) == 2
     assert "--jobs: must be at least 1" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray now raises ImportError
+    assert cli.main(["sweep", str(path), "--out", str(out), "--placement", "ray"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--placement ray needs Ray" in err[0] and "pip install" in err[0]
+    assert (out / "results.parquet").read_bytes() == before
+    # --backend, the old name, still works and says the new one (then the same error)
     assert cli.main(["sweep", str(path), "--out", str(out), "--backend", "ray"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "pip install" in err[0]
+    assert err[0] == "staleness-sim: --backend is now --placement (the old name works for now)"
+    assert len(err) == 2 and "--placement ray needs Ray" in err[1]
+    args = ["sweep", str(path), "--out", str(out), "--backend", "ray", "--placement", "local"]
+    assert cli.main(args) == 2
+    assert "give --placement only" in capsys.readouterr().err
     assert (out / "results.parquet").read_bytes() == before
 
 

