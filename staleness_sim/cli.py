@@ -417,7 +417,7 @@ def _fit_learning(args: argparse.Namespace) -> int:
         print(json.dumps(out))
         return 0
     print(yaml.safe_dump({"learning": out["learning"]}, sort_keys=False).rstrip())
-    print("\nversion  measured  predicted (sd over %d seeds)" % fit.seeds)
+    print(f"\nversion  measured  predicted (sd over {fit.seeds} seeds)")
     for row in out["versions"]:
         print(f"{row['version']:>7}  {row['measured']:8.3f}  {row['predicted']:9.3f} "
               f"({row['spread']:.3f})")  # fmt: skip

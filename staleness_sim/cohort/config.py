@@ -116,9 +116,9 @@ class Scenario(_Strict):
 
     @model_validator(mode="after")
     def _learning_episodes(self) -> Scenario:
-        if self.learning is not None and self.learning.episodes is None:
-            if self.job.episodes is None:
-                raise ValueError("learning.episodes is required when job has no episodes")
+        learning = self.learning
+        if learning is not None and learning.episodes is None and self.job.episodes is None:
+            raise ValueError("learning.episodes is required when job has no episodes")
         return self
 
     def learning_episodes(self) -> int:

@@ -23,11 +23,12 @@ def test_coefficients_equal_the_runners_rule(shaping, antithetic):
         signs = np.where(np.arange(n) % 2 == 1, -1, 1) if antithetic else np.ones(n, int)
         rule = UpdateRule(sigma=0.01, alpha=0.3, shaping=shaping, antithetic=antithetic)
         record = rule.make(
-            [(int(s), float(r), 0, int(g)) for s, r, g in zip(seeds, rewards, signs)], version=0
+            [(int(s), float(r), 0, int(g)) for s, r, g in zip(seeds, rewards, signs, strict=True)],
+            version=0,
         )
         mine = coefficients(rewards, signs, np.ones(n), 0.3, shaping)
         per_seed = {}
-        for s, c in zip(seeds, mine):
+        for s, c in zip(seeds, mine, strict=True):
             per_seed[int(s)] = per_seed.get(int(s), 0.0) + c
         assert dict(record.entries).keys() == per_seed.keys()
         for s, c in record.entries:
