@@ -24,6 +24,9 @@ class LearningSpec(_Strict):
     )
     effect: Annotated[float, Field(ge=0.0)] = 100.0  # logit change per unit parameter move
     spread: Annotated[float, Field(ge=0.0)] = 1.5  # sd of the tasks' base logits (difficulty)
+    # chance that a member's episode follows its version's shared draw (common random
+    # numbers); else the member draws its own (a perturbed model's sampling path diverges)
+    coupling: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
     # what to report
     target: Annotated[float, Field(ge=0.0, le=1.0)] = 0.25  # hours_to_success reaches this
     # the ES update, as in the runner's es: block

@@ -44,8 +44,9 @@ class TaskPopulation:
         self, points: np.ndarray, episodes: np.ndarray, rng: np.random.Generator
     ) -> np.ndarray:
         """Each row of ``points`` evaluated on one batch of tasks with common random numbers
-        (the same tasks, the same uniform draw per episode): row i on the first
-        ``episodes[i]`` of them; its reward is the fraction that succeed."""
+        (the same tasks; the same uniform draw per episode, or with probability
+        ``1 - coupling`` the row's own): row i on the first ``episodes[i]`` of them; its
+        reward is the fraction that succeed."""
         spec = self.spec
         n_tasks = int(episodes.max())
         base = self.mu + spec.spread * rng.standard_normal(n_tasks)
@@ -57,6 +58,9 @@ class TaskPopulation:
         root = vectors * np.sqrt(np.clip(values, 0.0, None))
         own = root @ rng.standard_normal((root.shape[1], n_tasks)) / np.sqrt(spec.dimension)
         logits = base + self.shared_gain * points[:, :1] + self.own_gain * own
+        if spec.coupling < 1.0:  # some episodes leave the shared draw
+            apart = rng.random(logits.shape) >= spec.coupling
+            draws = np.where(apart, rng.random(logits.shape), draws)
         success = draws < expit(logits)
         mask = np.arange(n_tasks) < episodes[:, None]
         return (success & mask).sum(axis=1) / episodes

@@ -120,3 +120,17 @@ def test_antithetic_pairs_split_over_updates_are_left_out():
         if rows.any():
             assert rows.sum() == 2 and len(set(s.update[rows])) == 1
             assert sorted(s.sign[rows]) == [-1, 1]
+
+
+def test_uncoupled_members_draw_their_own_episodes():
+    """coupling 0: even with nothing to learn, members of a version score differently
+    (each draws its own episodes); the shared draw is what made them equal above."""
+    sc = scenario({"kind": "sync"}, workers=2, learning={"sigma": 1e-12, "coupling": 0.0})
+    trace = simulate(sc)
+    r = learn_trace(trace, sc.learning, 0, sc.learning_episodes())
+    used = trace.jobs[trace.jobs["verdict"] == "accepted"].sort_values("job_id")
+    first = r.rewards[(used["dispatch_version"] == 0).to_numpy()]
+    assert len(set(first)) > 1
+    # independent Binomial(24, p) / 24 across members: the spread is about sqrt(p(1-p)/24)
+    p = first.mean()
+    assert 0.3 * np.sqrt(p * (1 - p) / 24) < first.std() < 2.5 * np.sqrt(p * (1 - p) / 24)
