@@ -72,7 +72,7 @@ def learn(schedule: Schedule, spec: LearningSpec, seed: int) -> LearningResult:
             c = coefficients(
                 rewards[used], schedule.sign[used], schedule.weight[used], spec.alpha, spec.shaping
             )
-            thetas[v + 1] += c @ eps[schedule.perturbation[used]]
+            thetas[v + 1] += np.einsum("i,ik->k", c, eps[schedule.perturbation[used]])
     success = np.array([tasks.heldout_success(t) for t in thetas])
     return LearningResult(success, schedule.times, rewards, thetas, spec.target)
 

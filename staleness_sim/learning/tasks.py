@@ -25,6 +25,12 @@ def mean_sigmoid(mean: float, sd: float) -> float:
     return float(expit(mean + sd * _NODES) @ _WEIGHTS)
 
 
+def _dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` without BLAS threads: these products are small, and a threaded BLAS on a
+    loaded machine spends far longer waiting for its threads than computing."""
+    return np.einsum("ij,jk->ik", a, b)
+
+
 class TaskPopulation:
     def __init__(self, spec: LearningSpec) -> None:
         self.spec = spec
@@ -54,9 +60,9 @@ class TaskPopulation:
         # The rows' projections on the tasks' own directions V (tasks x dimension, iid
         # N(0, 1/dimension)), jointly exact without drawing V: for any L with
         # L L^T = points points^T, L @ N(0, 1/dimension) has the law of points @ V^T.
-        values, vectors = np.linalg.eigh(points @ points.T)
+        values, vectors = np.linalg.eigh(_dot(points, points.T))
         root = vectors * np.sqrt(np.clip(values, 0.0, None))
-        own = root @ rng.standard_normal((root.shape[1], n_tasks)) / np.sqrt(spec.dimension)
+        own = _dot(root, rng.standard_normal((root.shape[1], n_tasks))) / np.sqrt(spec.dimension)
         logits = base + self.shared_gain * points[:, :1] + self.own_gain * own
         if spec.coupling < 1.0:  # some episodes leave the shared draw
             apart = rng.random(logits.shape) >= spec.coupling
