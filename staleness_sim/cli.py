@@ -306,8 +306,10 @@ def format_table(table: pd.DataFrame) -> str:
         "util %": "{:.1f}".format,
         "speedup": "{:.2f}x".format,
         "success %": "{:.1f}".format,
-        "h to target": lambda h: "never" if h is None or h != h else f"{h:.1f}",
     }
+    if "h to target" in table.columns:  # to_string shows NaN before any formatter: never
+        hours = table["h to target"].map(lambda h: "never" if h is None or h != h else f"{h:.1f}")
+        table = table.assign(**{"h to target": hours})
     return table.to_string(index=False, formatters=fmt)
 
 
