@@ -59,6 +59,8 @@ def point_table(results: pd.DataFrame, axes: tuple[str, ...]) -> pd.DataFrame:
     for c in cols:
         heading, scale, fmt = METRICS[c]
         table[heading] = (table.pop(c) * scale).map(fmt.format)
+        if c == "hours_to_success":  # the mean over the seeds that reach it; none: never
+            table[heading] = table[heading].replace("nan", "never")
         if c in spread:
             heading, scale, fmt = SPREAD[c]
             table[heading] = (table.pop(f"{c}_sd") * scale).map(fmt.format)

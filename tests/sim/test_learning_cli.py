@@ -97,6 +97,8 @@ def test_sweep_results_and_report_take_success_with_a_seed_spread(learning, tmp_
     assert row["success_curve"][0][0] == 0 and len(row["success_curve"]) == 9
     table = point_table(res, ("workers",))
     assert {"success %", "success sd", "h to target"} <= set(table.columns)
+    never = res.assign(hours_to_success=None)  # no seed reaches the target
+    assert set(point_table(never, ("workers",))["h to target"]) == {"never"}
 
 
 # -- fit --learning ---------------------------------------------------------------------
