@@ -22,7 +22,7 @@ class LearningSpec(_Strict):
     shared: Annotated[float, Field(ge=0.0, le=1.0)] = (
         0.5  # share of a task's response common to all
     )
-    effect: Annotated[float, Field(ge=0.0)] = 100.0  # logit change per unit parameter move
+    effect: Annotated[float, Field(ge=0.0)] = 33.6  # logit change per unit parameter move
     spread: Annotated[float, Field(ge=0.0)] = 1.5  # sd of the tasks' base logits (difficulty)
     # chance that a member's episode follows its version's shared draw (common random
     # numbers); else the member draws its own (a perturbed model's sampling path diverges)
