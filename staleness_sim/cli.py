@@ -216,6 +216,13 @@ def format_summary(s: dict[str, Any]) -> str:
     ]
     if "mean_staleness" in s:  # the queue pipeline
         rows += _queue_rows(s)
+    if "success_final" in s:  # the success model (learning:)
+        h = s["hours_to_success"]
+        rows += [
+            ("held-out success", f"{100 * s['success_initial']:.1f} % -> "
+             f"{100 * s['success_final']:.1f} %"),
+            ("hours to target", "never" if h is None else f"{h:.1f} h"),
+        ]  # fmt: skip
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
@@ -311,7 +318,11 @@ def format_table(table: pd.DataFrame) -> str:
         "mean lag": "{:.3f}".format,
         "util %": "{:.1f}".format,
         "speedup": "{:.2f}x".format,
+        "success %": "{:.1f}".format,
     }
+    if "h to target" in table.columns:  # to_string shows NaN before any formatter: never
+        hours = table["h to target"].map(lambda h: "never" if h is None or h != h else f"{h:.1f}")
+        table = table.assign(**{"h to target": hours})
     return table.to_string(index=False, formatters=fmt)
 
 
@@ -345,6 +356,110 @@ def _add_fit(p: argparse.ArgumentParser) -> None:
         "(the job's cpu; the fitted times are then uncontended)",
     )
     _cpu_share_flag(p)
+    p.add_argument(
+        "--learning",
+        action="store_true",
+        help="fit the success model (docs/success.md): DATA is a run directory (its "
+        "eval.parquet curve along its own trace) or a scenario YAML (simulated, fitted to "
+        "--endpoints)",
+    )
+    p.add_argument(
+        "--endpoints",
+        type=float,
+        nargs=2,
+        default=(0.093, 0.254),
+        metavar=("INITIAL", "FINAL"),
+        help="with --learning and a scenario: held-out success at version 0 and after the "
+        "last update (default: the published sync run, 0.093 0.254)",
+    )
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=4,
+        metavar="R",
+        help="with --learning: model seeds the fitted mean curve averages (default 4)",
+    )
+    _add_set(p)
+
+
+def _fit_learning(args: argparse.Namespace) -> int:
+    from staleness_sim.config import read_yaml, validate, with_overrides
+    from staleness_sim.core.settings import parse_assignment
+    from staleness_sim.learning.fit import fit_effect, read_learning_run, train_rewards
+    from staleness_sim.learning.model import learn
+    from staleness_sim.learning.schedule import schedule_from_trace
+    from staleness_sim.learning.spec import LearningSpec
+
+    if args.seeds < 1:
+        raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
+    overrides = dict(parse_assignment(s) for s in args.sets)
+    measured_rewards = None
+    if args.data.is_dir():
+        bad = [k for k in overrides if not k.startswith("learning.")]
+        if bad:
+            raise ConfigError(f"--set {bad[0]}: a run directory takes only learning.* fields")
+        schedule, curve, es = read_learning_run(args.data)
+        data = with_overrides({"learning": es}, overrides)
+        spec = validate_learning(data.get("learning") or {}, f"{args.data}")
+        updates = pd.read_parquet(args.data / "updates.parquet")
+        if "mean_reward" in updates.columns:
+            measured_rewards = updates["mean_reward"].to_numpy(dtype=float)
+    else:
+        scenario = validate(with_overrides(read_yaml(args.data), overrides), str(args.data))
+        if not isinstance(scenario, Scenario):
+            raise ConfigError(f"{args.data}: --learning fits a cohort scenario")
+        spec = scenario.learning or LearningSpec()
+        episodes = spec.episodes or scenario.job.episodes
+        if episodes is None:
+            raise ConfigError(f"{args.data}: learning.episodes: required (job has no episodes)")
+        schedule = schedule_from_trace(simulate_scenario(scenario), episodes, spec.antithetic)
+        curve = {0: args.endpoints[0], schedule.n_updates: args.endpoints[1]}
+    fit = fit_effect(schedule, curve, spec, seeds=args.seeds)
+    out = fit.to_json()
+    if measured_rewards is not None:  # the training rewards as a check the fit did not use
+        model = np.nanmean(
+            [train_rewards(schedule, learn(schedule, fit.spec, s).rewards) for s in range(2)],
+            axis=0,
+        )
+        k = max(1, len(model) // 4)
+        out["train_reward"] = {
+            "measured_first_quarter": float(np.nanmean(measured_rewards[:k])),
+            "measured_last_quarter": float(np.nanmean(measured_rewards[-k:])),
+            "model_first_quarter": float(np.nanmean(model[:k])),
+            "model_last_quarter": float(np.nanmean(model[-k:])),
+        }
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(yaml.safe_dump({"learning": out["learning"]}, sort_keys=False).rstrip())
+    print(f"\nversion  measured  predicted (sd over {fit.seeds} seeds)")
+    for row in out["versions"]:
+        print(f"{row['version']:>7}  {row['measured']:8.3f}  {row['predicted']:9.3f} "
+              f"({row['spread']:.3f})")  # fmt: skip
+    if fit.at_bound:
+        print("\nno gain to fit: effect = 0 (the measured curve does not rise)")
+    if "train_reward" in out:
+        t = out["train_reward"]
+        print(
+            f"\ntraining reward, first / last quarter of updates: measured "
+            f"{t['measured_first_quarter']:.3f} / {t['measured_last_quarter']:.3f}, model "
+            f"{t['model_first_quarter']:.3f} / {t['model_last_quarter']:.3f}"
+        )
+    return 0
+
+
+def validate_learning(data: dict[str, Any], source: str):
+    """A ``learning:`` block alone, validated with the scenario's one-line errors."""
+    from pydantic import ValidationError
+
+    from staleness_sim.core.settings import describe_error
+    from staleness_sim.learning.spec import LearningSpec
+
+    try:
+        return LearningSpec.model_validate(data)
+    except ValidationError as e:
+        where = describe_error(e, data, root=LearningSpec)
+        raise ConfigError(f"{source}: learning.{where}") from None
 
 
 def _fit_turns(args: argparse.Namespace) -> int:
@@ -371,6 +486,10 @@ def _fit(args: argparse.Namespace) -> int:
     from staleness_sim.durations import read_column
     from staleness_sim.validation.fitting import fit_durations
 
+    if args.learning:
+        return _fit_learning(args)
+    if args.sets:
+        raise ValueError("--set goes with --learning")
     if args.durations == "turns":
         return _fit_turns(args)
     if args.cores is not None or args.cpu_share != "job" or args.engine_cpu is not None:

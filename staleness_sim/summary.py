@@ -8,6 +8,7 @@ from staleness_sim.cohort.engine import simulate
 from staleness_sim.config import Scenario
 from staleness_sim.core.metrics import summarize
 from staleness_sim.core.trace import Trace
+from staleness_sim.learning.model import learn_trace
 from staleness_sim.queue.config import QueueScenario
 from staleness_sim.queue.engine import simulate_queue
 from staleness_sim.queue.metrics import queue_summary
@@ -29,6 +30,9 @@ def trace_summary(scenario: Scenario, trace: Trace) -> dict[str, Any]:
     out = {"name": scenario.name, "seed": scenario.seed, **summarize(trace)}
     if isinstance(scenario, QueueScenario):  # the queue pipeline's own keys, after these
         out.update(queue_summary(trace))
+    elif scenario.learning is not None:  # held-out success along the schedule
+        d = scenario.learning_episodes()
+        out.update(learn_trace(trace, scenario.learning, scenario.seed, d).outputs())
     return out
 
 
@@ -74,7 +78,15 @@ def compare_row(scenario: Scenario, s: dict[str, Any]) -> dict[str, Any]:
         "max lag": s["max_lag"],
         "discarded": s["results_discarded"],
         "util %": 100 * s["data_utilization"],
+        **_success_columns(s),
     }
+
+
+def _success_columns(s: dict[str, Any]) -> dict[str, Any]:
+    """The success model's columns, where the scenario has a ``learning:`` block."""
+    if "success_final" not in s:
+        return {}
+    return {"success %": 100 * s["success_final"], "h to target": s["hours_to_success"]}
 
 
 def _queue_label(sc: QueueScenario) -> str:

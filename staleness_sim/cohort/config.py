@@ -8,6 +8,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from staleness_sim.core.settings import ConfigError, _Strict, describe_error
 from staleness_sim.durations import CpuShare, DurationSpec, EngineSpec, TurnsSpec
+from staleness_sim.learning.spec import LearningSpec
 
 
 class SyncPolicy(_Strict):
@@ -110,6 +111,20 @@ class Scenario(_Strict):
     version_effect: VersionEffect | None = None
     # contention: workers share one machine (a CPU run): see Contention.
     contention: Contention | None = None
+    # learning: held-out success along the schedule (staleness_sim.learning; docs/success.md)
+    learning: LearningSpec | None = None
+
+    @model_validator(mode="after")
+    def _learning_episodes(self) -> Scenario:
+        learning = self.learning
+        if learning is not None and learning.episodes is None and self.job.episodes is None:
+            raise ValueError("learning.episodes is required when job has no episodes")
+        return self
+
+    def learning_episodes(self) -> int:
+        """D, the episodes of a job the success model evaluates."""
+        assert self.learning is not None
+        return self.learning.episodes or self.job.episodes
 
 
 def validate_cohort(data: dict[str, Any], source: str = "config") -> Scenario:

@@ -33,7 +33,11 @@ METRICS = {  # column -> (heading, scale, format)
     "closed_form_staleness": ("closed form", 1.0, "{:.3f}"),
     "trainer_idle_fraction": ("trainer idle %", 100.0, "{:.1f}"),
     "rollout_idle_fraction": ("rollout idle %", 100.0, "{:.1f}"),
+    # the success model (scenarios with a learning: block)
+    "success_final": ("success %", 100.0, "{:.1f}"),
+    "hours_to_success": ("h to target", 1.0, "{:.1f}"),
 }
+SPREAD = {"success_final": ("success sd", 100.0, "{:.1f}")}  # over seeds, where seeds > 1
 
 
 def point_table(results: pd.DataFrame, axes: tuple[str, ...]) -> pd.DataFrame:
@@ -46,12 +50,20 @@ def point_table(results: pd.DataFrame, axes: tuple[str, ...]) -> pd.DataFrame:
             results[k] = mapping_labels(results[k])
     keys = [k for k in keys if k != "policy"]
     cols = [c for c in METRICS if c in results.columns]
+    spread = [c for c in SPREAD if c in cols and results["seed"].nunique() > 1]
     table = results.groupby(keys, as_index=False, sort=True).agg(
-        seeds=("seed", "nunique"), **{c: (c, "mean") for c in cols}
+        seeds=("seed", "nunique"),
+        **{c: (c, "mean") for c in cols},
+        **{f"{c}_sd": (c, "std") for c in spread},
     )
     for c in cols:
         heading, scale, fmt = METRICS[c]
         table[heading] = (table.pop(c) * scale).map(fmt.format)
+        if c == "hours_to_success":  # the mean over the seeds that reach it; none: never
+            table[heading] = table[heading].replace("nan", "never")
+        if c in spread:
+            heading, scale, fmt = SPREAD[c]
+            table[heading] = (table.pop(f"{c}_sd") * scale).map(fmt.format)
     return table.drop(columns="point").rename(columns={"policy_label": "policy"})
 
 

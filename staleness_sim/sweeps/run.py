@@ -54,8 +54,9 @@ def result_row(key: str, scenario: dict[str, Any]) -> dict[str, Any]:
     sc = validate(scenario, key)
     row: dict[str, Any] = {}
     for k, v in summary.run_summary(sc).items():
-        # histograms as JSON text: round-trips through Parquet, keys become strings as in --json
-        row[k] = json.dumps(v) if isinstance(v, dict) else v
+        # histograms and the success curve as JSON text: round-trip through Parquet, keys
+        # become strings as in --json
+        row[k] = json.dumps(v) if isinstance(v, dict | list) else v
     row["policy_label"] = summary.policy_label(sc)
     row["policy_kind"] = summary.policy_kind(sc)
     row["scenario"] = json.dumps(scenario, sort_keys=True)
@@ -80,7 +81,7 @@ def summary_of_row(row: pd.Series | dict[str, Any]) -> dict[str, Any]:
     summary_cols = [c for c in names[names.index("seed") :] if c not in ADDED_COLUMNS]
     out = {k: row[k] for k in ["name", *(c for c in summary_cols if c != "name")]}
     for k, v in out.items():
-        if isinstance(v, str) and k.endswith("_hist"):
+        if isinstance(v, str) and (k.endswith("_hist") or k == "success_curve"):
             out[k] = json.loads(v)
     return json.loads(json.dumps(out, default=_plain))
 

@@ -21,7 +21,8 @@ ROOT = Path(staleness_sim.__file__).parent
 ALLOWED = {
     "core": set(),
     "durations": set(),
-    "cohort": {"core", "durations"},
+    "learning": {"core"},
+    "cohort": {"core", "durations", "learning"},
     "queue": {"core", "durations", "cohort"},
     "validation": {"core", "durations", "cohort", "config"},
     "sweeps": {"core", "durations", "cohort", "queue", "config", "summary"},
