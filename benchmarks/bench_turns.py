@@ -22,22 +22,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
+from staleness_sim import load_scenario, simulate, summarize
+from staleness_sim.cohort import engine
+from staleness_sim.config import validate
+from staleness_sim.core.settings import scenario_dict
+from staleness_sim.durations import make_job
+from staleness_sim.durations.kernel_threads import threads
+from staleness_sim.durations.turn_kernel import compiled_jobs
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
-
-from staleness_sim import load_scenario, simulate, summarize  # noqa: E402
-from staleness_sim.cohort import engine  # noqa: E402
-from staleness_sim.config import validate  # noqa: E402
-from staleness_sim.core.settings import scenario_dict  # noqa: E402
-from staleness_sim.durations import make_job  # noqa: E402
-from staleness_sim.durations.kernel_threads import threads  # noqa: E402
-from staleness_sim.durations.turn_kernel import compiled_jobs  # noqa: E402
 
 CONFIGS = {
     "episodes": ROOT / "configs" / "sim" / "paper_async1.yaml",
