@@ -4,12 +4,13 @@ CPU run with ``--durations turns``): the inverse of
 
 From the run's per-turn records the machine's moments are rebuilt exactly (no grid): at
 every moment, the sessions in timed parts (an episode's time outside its generations) and
-each worker's decode batch. The cores are shared among them as the kernel shares them
-(max-min fairly: a thread a timed session, ``engine_threads`` threads an engine wanting
-``engine_cores`` at its batch), which gives every moment a timed rate and each engine's
-rate. A timed part's uncontended seconds are its measured seconds times the mean timed
-rate over it (per episode: the mean over its timed time), a turn's uncontended generation
-seconds its measured ones times its engine's mean rate over it. Workers on one machine are
+each worker's decode batch. The cores are shared among them by the kernel's own
+:func:`~staleness_sim.durations.moment_kernel.shares` (max-min fairly: a thread a timed
+session, ``engine_threads`` threads an engine wanting its demand), which gives every
+moment a timed rate and each engine's rate. A timed part's uncontended seconds are its
+measured seconds times the mean timed rate over it (per episode: the mean over its timed
+time), a turn's uncontended generation seconds its measured ones times its engine's mean
+rate over it. Workers on one machine are
 counted together here (they share its cores), though a simulated worker has the cores to
 itself.
 """
@@ -20,26 +21,7 @@ import numpy as np
 import pandas as pd
 
 from staleness_sim.durations import CpuShare
-
-
-def fair_levels(wants: np.ndarray, counts: np.ndarray, cores: float) -> np.ndarray:
-    """Row by row, the water level of max-min fair shares of ``cores`` among ``counts[k]``
-    threads each wanting ``wants[k]`` (inf where all are met): water-filling over groups
-    of equal wants, the smaller met first while the level allows, every moment at once."""
-    order = np.argsort(wants, axis=1, kind="stable")
-    want = np.take_along_axis(wants, order, axis=1)
-    count = np.take_along_axis(counts, order, axis=1).astype(float)
-    left, waiting = np.full(len(want), float(cores)), count.sum(axis=1)
-    level, open_ = np.full(len(want), np.inf), np.ones(len(want), bool)
-    for k in range(want.shape[1]):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = left / waiting
-        stop = open_ & (count[:, k] > 0) & (want[:, k] > share)
-        level[stop] = share[stop]
-        open_ &= ~stop
-        left -= np.where(open_, count[:, k] * want[:, k], 0.0)
-        waiting -= count[:, k]
-    return level
+from staleness_sim.durations.moment_kernel import shares
 
 
 class RunPieces:
@@ -72,20 +54,20 @@ class RunPieces:
         )
 
     def shares(self, cpu: CpuShare) -> tuple[np.ndarray, np.ndarray]:
-        """On every piece, as the kernel shares ``cpu``'s cores (max-min fairly: a thread a
-        timed session wanting a core, ``threads`` threads an engine wanting its demand at
-        its batch): the timed rate and each engine's rate (workers x pieces)."""
-        part = 1.0
-        demand = np.interp(self.batch, *cpu.demand_curve())  # linear between the points
+        """On every piece, the cores shared as the kernel shares them
+        (:func:`~staleness_sim.durations.moment_kernel.shares`: a thread a timed session
+        wanting a core; ``threads`` threads an engine, each engine wanting ``cpu``'s demand,
+        the engines decoding at a moment counted together): the timed rate and each
+        engine's rate (workers x pieces; 1 where it does not decode)."""
+        if cpu.engine_cores is not None:
+            raise ValueError("a run's moments take one engine demand, not engine_cores")
         decoding = self.batch > 0
-        each = np.where(decoding, demand / cpu.threads, 0.0)
-        wants = np.vstack([np.full(len(self.timed), part), each]).T
-        counts = np.vstack([self.timed, np.where(decoding, cpu.threads, 0)]).T
-        level = fair_levels(wants, counts, cpu.cores)
-        rate_t = np.where(self.timed > 0, np.minimum(part, level) / part, 1.0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rate_e = np.where(decoding & (each > 0), np.minimum(each, level) / each, 1.0)
-        return rate_t, rate_e
+        engines = decoding.sum(axis=0)
+        threads, demand, cores = cpu.threads, float(cpu.engine), float(cpu.cores)
+        rate_t, rate_e = np.ones(len(engines)), np.ones(len(engines))
+        for k, (n, d) in enumerate(zip(self.timed.tolist(), engines.tolist(), strict=True)):
+            rate_t[k], rate_e[k] = shares(n, d, cores, threads * d, demand * d)
+        return rate_t, np.where(decoding, rate_e, 1.0)
 
 
 class Moments:

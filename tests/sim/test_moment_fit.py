@@ -14,7 +14,7 @@ import pytest
 from staleness_sim.cli import main
 from staleness_sim.durations import CpuShare
 from staleness_sim.validation import ModelOptions, read_run, validate_run
-from staleness_sim.validation.moment_fit import fair_levels, uncontended
+from staleness_sim.validation.moment_fit import uncontended
 from staleness_sim.validation.turn_fit import run_cores
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,16 +53,6 @@ def test_two_workers_engines_share_the_machine():
     cpu = CpuShare(cores=1, engine_demand=1, engine_threads=1)
     out, _ = uncontended(eps, pd.Series({0: 0, 1: 1}), cpu)
     np.testing.assert_allclose(out["generation_s"], [1.0, 1.0])
-
-
-@pytest.mark.parametrize(
-    "wants, cores, level",
-    [([1, 1, 1], 2, 2 / 3), ([0.2, 1, 1], 1.2, 0.5), ([0.5, 0.5], 2, np.inf), ([3], 2, 2)],
-)
-def test_the_fair_level(wants, cores, level):
-    one_row = lambda x: np.asarray([x], float)  # noqa: E731
-    got = fair_levels(one_row(wants), one_row([1] * len(wants)), cores)[0]
-    assert got == pytest.approx(level)
 
 
 CONCURRENCY = RUNS / "across_concurrency_4"
