@@ -27,8 +27,10 @@ Durations, the conventions:
   sessions of one job are not; it is there to show that difference.
 
 One module a job: ``run.py`` reads a measured run, ``effects.py`` the per-version factor and
-contention, ``model.py`` the run's duration and cost model and its scenario, ``report.py``
-the :class:`Validation` and ``validate_run``, ``plots.py`` the figures, ``fitting.py`` the
+contention, ``model.py`` the run's duration and cost model and its scenario (as
+``ModelOptions`` say), ``report.py`` the :class:`Validation` and ``validate_run``,
+``across.py`` runs predicted from each other (``validate --across``), ``turn_fit.py`` and
+``moment_fit.py`` the turn model of a run, ``plots.py`` the figures, ``fitting.py`` the
 maximum-likelihood duration fits. The names below are the public ones, importable from here.
 """
 
