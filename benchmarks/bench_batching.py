@@ -12,8 +12,8 @@ states equal recomputed ones to rounding only, so its replies are compared, not 
 to match. ``continuous_cores`` is the process's CPU seconds over the wall seconds of the
 continuous run: the cores the engine keeps busy (the session threads only wait). With
 ``--command-ms 0`` a run of B sessions keeps the batch at B, and ``--engine-cpu-out FILE``
-writes those cores by batch, with torch's threads, as the engine's own CPU demand for
-``staleness-sim ... --engine-cpu FILE`` (docs/turns.md, "The engine's own CPU").
+writes those cores by batch, with torch's threads, as ``job.cpu`` fields of the turn
+model (``engine_cores``, ``engine_threads``: docs/turns.md) for a what-if with ``--set``.
 
 Usage: python benchmarks/bench_batching.py [--sessions 8 32] [--turns 4] [--tokens 64]
        [--command-ms 20] [--instruction-words 0] [--model DIR] [--device cpu] [--json]
@@ -162,7 +162,7 @@ def provenance(rows: list[dict]) -> str:
 
 
 def write_engine_cpu(path: Path, rows: list[dict]) -> None:
-    """The engine's own CPU demand, as ``--engine-cpu`` reads it."""
+    """The engine's own CPU demand, as ``job.cpu``'s ``engine_cores`` and ``engine_threads``."""
     import torch
     import yaml
 

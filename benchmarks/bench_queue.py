@@ -18,12 +18,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from staleness_sim.config import validate
+from staleness_sim.queue.engine import simulate_queue
+from staleness_sim.summary import trace_summary
 
-from staleness_sim.config import validate  # noqa: E402
-from staleness_sim.queue.engine import simulate_queue  # noqa: E402
-from staleness_sim.summary import trace_summary  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 RULES = {
     "drop_oldest (q=2)": {"capacity": 2, "rule": "drop_oldest"},

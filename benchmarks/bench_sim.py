@@ -13,19 +13,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import simpy
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from staleness_sim import load_scenario, simulate, summarize
+from staleness_sim.cohort import engine
+from staleness_sim.core.policies import Start, make_policy
+from staleness_sim.durations import make_duration
 
-from staleness_sim import engine, load_scenario, simulate, summarize  # noqa: E402
-from staleness_sim.core.policies import Start, make_policy  # noqa: E402
-from staleness_sim.durations import make_duration  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 PAPER = ROOT / "configs" / "sim" / "paper_async1.yaml"
 

@@ -20,11 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from staleness_sim.config import read_yaml, validate
+from staleness_sim.sweeps.run import run_batch, run_sweep
 
-from staleness_sim.config import read_yaml, validate  # noqa: E402
-from staleness_sim.sweeps.run import run_batch, run_sweep  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def sweep_of(n: int, workers: list[int]) -> dict:

@@ -15,18 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from staleness_sim import load_scenario, simulate, summarize
+from staleness_sim.cohort.config import validate_cohort
+from staleness_sim.core.settings import scenario_dict
+from staleness_sim.durations import make_job
 
-from staleness_sim import load_scenario, simulate, summarize  # noqa: E402
-from staleness_sim.cohort.config import validate_cohort  # noqa: E402
-from staleness_sim.core.settings import scenario_dict  # noqa: E402
-from staleness_sim.durations import make_job  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 CONFIG = ROOT / "configs" / "sim" / "paper_turns.yaml"
 PUBLISHED = (5.1, 11.9)  # minutes per evaluation

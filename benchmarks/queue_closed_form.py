@@ -21,13 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from staleness_sim.config import validate
+from staleness_sim.core import analytic
+from staleness_sim.durations import make_duration
+from staleness_sim.summary import run_summary
 
-from staleness_sim.config import validate  # noqa: E402
-from staleness_sim.core import analytic  # noqa: E402
-from staleness_sim.durations import make_duration  # noqa: E402
-from staleness_sim.summary import run_summary  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 TAILS = {
     "light (lognormal cv 0.27)": {"dist": "lognormal", "mean": 1.0, "cv": 0.27},

@@ -9,21 +9,15 @@
 # workers at C = k (a letter after either marks a repeat: G2C4r). Every run: a 6-layer,
 # hidden-384 random model (`es-runner model
 # make-tiny`, the same weights every time), 64-token replies, 16 episodes a job, cohort 4,
-# 3 updates (12 jobs, 192 episodes), 80 generated tasks, real containers. The defaults
-# make examples/runs/across_concurrency (C4 C1 C2 C8 C16 G2C4); the second set, made in
-# one later sitting (the machine's speed had changed between the two):
-#   bash scripts/make_concurrency_runs.sh runs/concurrency2 examples/runs/across_concurrency_2 \
-#     C4b C3 C6 C12 C1 C8 C2 C16 G2C4 C4c
-# and the third (examples/runs/across_concurrency_3, with benchmarks/engine_curve.py before
-# and after): ... C4 C1 C2 C8 C16 C4r; the fourth (examples/runs/across_concurrency_4,
-# its predictions fixed in its README first): ... C4 C1 C2 C8 C16 G2C4 C4r
-# docs/turns.md ("Across concurrency") predicts each from another, e.g.
-#   python benchmarks/across_concurrency.py examples/runs/across_concurrency/C{1,2,4,8,16} \
-#     --fit examples/runs/across_concurrency/C4
-# UPDATES=6 makes runs twice as long (default 3; the fifth sitting,
-# examples/runs/across_concurrency_5: UPDATES=6 ... C4 C1 C8 C4r; the sixth, across
-# workers, examples/runs/across_workers_6: UPDATES=6 ... C4 G2C4 C4r G2C4r; the seventh,
-# examples/runs/across_workers_7 and _8, the same after the engine's CPU: see their READMEs).
+# 3 updates (12 jobs, 192 episodes), 80 generated tasks, real containers (UPDATES=6 makes
+# them twice as long). The committed sets were made with
+#   bash scripts/make_concurrency_runs.sh runs/concurrency4 examples/runs/across_concurrency_4 \
+#     C4 C1 C2 C8 C16 G2C4 C4r
+#   UPDATES=3 bash scripts/make_concurrency_runs.sh runs/workers12 examples/runs/across_workers_12 \
+#     G2C4 C4 G2C4r C4r G2C4s C4s
+# and each is predicted from the others by
+#   staleness-sim validate examples/runs/across_concurrency_4/{C4,C1,C2,C8,C16} --across \
+#     --durations turns
 # The full run directories stay in WORK_DIR (default runs/concurrency); the copies get the
 # trace, the per-episode and per-turn records and the config, not transcripts or tasks.
 set -euo pipefail

@@ -13,13 +13,10 @@ engine and its scenario), ``queue`` (the queue pipeline), ``sweeps`` (sweeps, re
 plots), ``validation`` (measured runs against the simulator, fitting).
 """
 
-from staleness_sim import _moved
 from staleness_sim.cohort.engine import Simulation, simulate
 from staleness_sim.config import ConfigError, Scenario, load_scenario, validate
 from staleness_sim.core.metrics import summarize
 from staleness_sim.core.trace import Trace
-
-_moved.install()
 
 __all__ = [
     "ConfigError",

@@ -23,7 +23,7 @@ from staleness_sim.core.trace import Trace, TraceError
 from staleness_sim.summary import compare_row, run_summary, simulate_scenario, trace_summary
 from staleness_sim.sweeps.report import report_command
 from staleness_sim.sweeps.run import add_sweep_arguments, sweep_command
-from staleness_sim.validation import DURATION_MODELS, VERSION_EFFECT
+from staleness_sim.validation import DURATION_MODELS, VERSION_EFFECT, ModelOptions
 
 USER_ERRORS = (ConfigError, TraceError, FileNotFoundError, ValueError)
 
@@ -105,68 +105,45 @@ def _add_run_model(p: argparse.ArgumentParser, prefix: str = "") -> None:
         help=prefix + "the workers shared one machine that runs C jobs at full speed "
         "(contention; measured durations become solo durations)",
     )
+    _cores_flag(p, prefix)
+
+
+def _cores(text: str) -> float | str:
+    if text in ("run", "off"):
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of CPUs, run or off, got {text!r}") from None
+
+
+def _cores_flag(p: argparse.ArgumentParser, prefix: str = "") -> None:
     p.add_argument(
         "--cores",
-        type=float,
+        type=_cores,
+        default="run",
         metavar="K",
-        help=prefix + "with --durations turns: each worker's containers and engine shared K "
-        "CPUs (a CPU run; the job's cpu: times taken out of the run are uncontended, and "
-        "a simulated job slows by its own mean demand over K)",
-    )
-    _cpu_share_flag(p)
-
-
-def _cpu_share_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--cpu-share",
-        choices=("job", "moment", "measured"),
-        default="job",
-        help="with --cores: how the K CPUs are shared: job (default: every part of a job "
-        "slows by the job's mean demand over K), moment (max-min fairly moment by moment "
-        "among the parts running then; the job's cpu.share) or measured (moment by moment, "
-        "what a timed part and the engine want fitted to the busy cores the run recorded)",
-    )
-    p.add_argument(
-        "--engine-cpu",
-        type=Path,
-        metavar="FILE",
-        help="with --cores: a YAML file of the engine's own CPU demand, measured apart "
-        "(engine_demand or engine_cores by batch, and engine_threads; docs/turns.md): each "
-        "engine of the run wanted it, and the job's cpu keeps it whatever cores a what-if "
-        "gives a worker (default: the engine wants all of a worker's cores)",
+        help=prefix + "with --durations turns: the CPUs each worker's containers and engine "
+        "shared, moment by moment (the job's cpu; docs/turns.md): run (default: from a CPU "
+        "run's own record, its usable CPUs over its workers), a number, or off",
     )
 
 
-def _engine_cpu(args: argparse.Namespace) -> dict | None:
-    """The ``--engine-cpu`` file's fields, checked (None without the flag)."""
-    from staleness_sim.validation.turn_fit import engine_cpu_fields
-
-    if args.engine_cpu is None:
-        return None
-    try:
-        data = yaml.safe_load(args.engine_cpu.read_text())
-    except OSError as e:
-        raise ValueError(f"--engine-cpu {args.engine_cpu}: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        where = " ".join(str(e).split())  # one line
-        raise ValueError(f"--engine-cpu {args.engine_cpu}: not YAML ({where})") from None
-    return engine_cpu_fields(data, f"--engine-cpu {args.engine_cpu}")
+def _options(args: argparse.Namespace) -> ModelOptions:
+    """The command line's :class:`ModelOptions` (one place for every command)."""
+    return ModelOptions(
+        durations=args.durations,
+        criterion=args.criterion,
+        version_effect=getattr(args, "version_effect", "auto"),
+        capacity=getattr(args, "capacity", None),
+        cores=args.cores,
+    )
 
 
 def _from_run(folder: Path, args: argparse.Namespace, sets: list[str]) -> Scenario:
     from staleness_sim.validation import scenario_from_run
 
-    return scenario_from_run(
-        folder,
-        sets,
-        args.durations,
-        args.criterion,
-        args.version_effect,
-        args.capacity,
-        args.cores,
-        args.cpu_share,
-        _engine_cpu(args),
-    )
+    return scenario_from_run(folder, sets, _options(args))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -348,14 +325,7 @@ def _add_fit(p: argparse.ArgumentParser) -> None:
         help="family: a duration law fitted by maximum likelihood (default); turns: the turn "
         "model of a run directory (its episodes and its engine's decode curve)",
     )
-    p.add_argument(
-        "--cores",
-        type=float,
-        metavar="K",
-        help="with --durations turns: the worker's containers and engine shared K CPUs "
-        "(the job's cpu; the fitted times are then uncontended)",
-    )
-    _cpu_share_flag(p)
+    _cores_flag(p)
     p.add_argument(
         "--learning",
         action="store_true",
@@ -468,11 +438,9 @@ def _fit_turns(args: argparse.Namespace) -> int:
 
     if not args.data.is_dir():
         raise ValueError(f"--durations turns fits a run directory, got {args.data}")
-    if args.cpu_share != "job" and args.cores is None:
-        raise ValueError(f"--cpu-share {args.cpu_share} needs --cores K")
-    job, what = turn_job(
-        read_run(args.data), cores=args.cores, share=args.cpu_share, engine_cpu=_engine_cpu(args)
-    )
+    run = read_run(args.data)
+    options = ModelOptions(durations="turns", criterion=args.criterion, cores=args.cores)
+    job, what = turn_job(run, cores=options.cores_of(run))
     if args.json:
         print(json.dumps({"job": job, "description": what}))
     else:
@@ -492,8 +460,8 @@ def _fit(args: argparse.Namespace) -> int:
         raise ValueError("--set goes with --learning")
     if args.durations == "turns":
         return _fit_turns(args)
-    if args.cores is not None or args.cpu_share != "job" or args.engine_cpu is not None:
-        raise ValueError("--cores, --cpu-share and --engine-cpu go with --durations turns")
+    if args.cores != "run":
+        raise ValueError("--cores goes with --durations turns")
     censored = None
     if args.data.is_dir():
         values, censored = _trace_durations(args.data, args.column)
@@ -548,7 +516,16 @@ def _trace_durations(folder: Path, column: str | None) -> tuple[np.ndarray, np.n
 
 
 def _add_validate(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", type=Path, help="a measured run (or any trace folder)")
+    p.add_argument(
+        "run_dirs", nargs="+", type=Path, metavar="RUN_DIR",
+        help="a measured run (or any trace folder); several with --across",
+    )  # fmt: skip
+    p.add_argument(
+        "--across",
+        action="store_true",
+        help="predict each run from each of the others (at the other's workers, sessions "
+        "and cores), and the mean of each setting's runs from the others' (pooled)",
+    )
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     p.add_argument(
         "--replicates", type=int, default=20, metavar="R", help="simulations (default 20)"
@@ -561,18 +538,11 @@ def _add_validate(p: argparse.ArgumentParser) -> None:
 def _validate(args: argparse.Namespace) -> int:
     from staleness_sim.validation import validate_run, write_plots
 
-    v = validate_run(
-        args.run_dir,
-        replicates=args.replicates,
-        durations=args.durations,
-        criterion=args.criterion,
-        version_effect=args.version_effect,
-        sets=args.sets,
-        capacity=args.capacity,
-        cores=args.cores,
-        cpu_share=args.cpu_share,
-        engine_cpu=_engine_cpu(args),
-    )
+    if args.across:
+        return _validate_across(args)
+    if len(args.run_dirs) > 1:
+        raise ValueError(f"{len(args.run_dirs)} runs given: one, or several with --across")
+    v = validate_run(args.run_dirs[0], args.replicates, _options(args), args.sets)
     paths = write_plots(v, args.plot) if args.plot else []
     if args.json:
         print(json.dumps(v.to_json()))
@@ -652,6 +622,16 @@ def _window(text: str | None) -> tuple[float, float] | None:
     if not 0 <= start < end:
         raise ValueError(f"--window {text}: needs 0 <= START < END")
     return start, end
+
+
+def _validate_across(args: argparse.Namespace) -> int:
+    from staleness_sim.validation.across import compare_runs
+
+    if args.plot:
+        raise ValueError("--plot goes with one run, not --across")
+    result = compare_runs(args.run_dirs, _options(args), args.replicates, args.sets)
+    print(json.dumps(result.to_json()) if args.json else result.format())
+    return 0
 
 
 # -- entry point ----------------------------------------------------------------------

@@ -41,25 +41,6 @@ def expected_max(model, n: int) -> float:
     return value
 
 
-def expected_max_exponential(mean: float, n: int) -> float:
-    return mean * harmonic(n)
-
-
-def sync_results_per_second(
-    expected_max_duration: float,
-    cohort: int,
-    update_seconds: float = 0.0,
-    sync_seconds: float = 0.0,
-) -> float:
-    """Synchronous throughput for G >= N: one round = slowest of N jobs + update + sync."""
-    return cohort / (expected_max_duration + update_seconds + sync_seconds)
-
-
-def async_results_per_second(mean_duration: float, workers: int) -> float:
-    """Uncapped asynchronous throughput: G renewal processes."""
-    return workers / mean_duration
-
-
 def async_mean_lag(workers: int, cohort: int, dispatch_after_commit: bool = True) -> float:
     """Mean lag of accepted results under uncapped asynchrony (see the module docstring)."""
     return (workers - 1 if dispatch_after_commit else workers) / cohort
@@ -97,12 +78,6 @@ def m_tail(model, group_size: int) -> float:
     if not np.isfinite(mean) or mean <= 0:
         return math.inf
     return expected_max(model, group_size) / mean
-
-
-def m_tail_sampled(job, group_size: int, groups: int = 20000, seed: int = 0) -> float:
-    """M_tail of any job model (e.g. a makespan of episodes) by Monte Carlo."""
-    x = job.sample(np.random.default_rng(seed), groups * group_size).reshape(groups, group_size)
-    return float(x.max(axis=1).mean() / x.mean())
 
 
 def queue_rho(concurrency: int, batch: int, mean_length: float, mean_step: float) -> float:

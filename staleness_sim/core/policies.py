@@ -93,10 +93,6 @@ class Policy:
         return len(self._in_flight)
 
     @property
-    def cohort_filled(self) -> int:
-        return len(self._members)
-
-    @property
     def results_pending(self) -> int:
         """Results that must still land before the open cohort can commit."""
         return self._needed() - len(self._members)

@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 
-from staleness_sim.durations.turn_steps import Episodes
+from staleness_sim.durations.turn_episodes import Episodes
 
 ENV = "STALENESS_SIM_THREADS"
 

@@ -1,4 +1,4 @@
-"""The turn model with the CPU shared moment by moment (``job.cpu.share: moment``): a CPU run,
+"""The turn model with the CPU shared moment by moment (``job.cpu``): a CPU run,
 where one worker's containers and its engine compete for a few cores.
 
 At every moment the ``cores`` are shared max-min fairly (water-filling) among threads:
@@ -19,12 +19,10 @@ a chunk's jobs run in parts on several threads, as the turn kernel's.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from staleness_sim.durations.kernel_threads import in_parts
-from staleness_sim.durations.turn_kernel import _after_decode
+from staleness_sim.durations.turn_kernel import _after_decode, plain
 
 try:
     from numba import njit
@@ -34,24 +32,24 @@ except ImportError:  # the fast extra is not installed: plain Python runs
 IDLE, TIMED, DECODING = 0, 1, 2
 
 
-def shares(n_timed, batch, cores, threads, demand, part):
-    """``(timed rate, engine rate)``: the share of its want ``part`` (cores) each of
-    ``n_timed`` timed threads gets, and the share of its demand ``demand`` (cores, over
+def shares(n_timed, batch, cores, threads, demand):
+    """``(timed rate, engine rate)``: the share of its core each of ``n_timed`` timed
+    threads gets, and the share of its demand ``demand`` (cores, over
     ``threads`` threads) the engine gets while decoding ``batch > 0`` sequences; 1 where
     the cores suffice, and where there is no such thread. The water level of max-min
     fairness in closed form for two kinds of thread: the smaller wants are met first if
     the level allows, and the other kind shares what they leave."""
     if batch == 0:
-        return (min(part, cores / n_timed) / part if n_timed > 0 else 1.0), 1.0
-    if n_timed * part + demand <= cores:
+        return (min(1.0, cores / n_timed) if n_timed > 0 else 1.0), 1.0
+    if n_timed + demand <= cores:
         return 1.0, 1.0
     each = demand / threads  # what one engine thread wants
     level = cores / (n_timed + threads)  # every thread's share if none is met in full
-    if each <= part and each <= level:  # the engine's threads are met; timed share the rest
-        return (cores - demand) / (n_timed * part), 1.0
-    if each > part and level >= part:  # the timed threads are met; the engine has the rest
-        return 1.0, (cores - n_timed * part) / demand
-    return (level / part if n_timed > 0 else 1.0), level / each
+    if each <= 1.0 and each <= level:  # the engine's threads are met; timed share the rest
+        return (cores - demand) / n_timed, 1.0
+    if each > 1.0 and level >= 1.0:  # the timed threads are met; the engine has the rest
+        return 1.0, (cores - n_timed) / demand
+    return (level if n_timed > 0 else 1.0), level / each
 
 
 def _demand(batch, xs, ys):
@@ -66,7 +64,7 @@ def _demand(batch, xs, ys):
 
 def _jobs(turns, start, end, first, prompt, reply, command, c, episodes, base, per_ctx,
           per_batch, prefill, timeout, cores, threads, demand_batch, demand_cores,
-          part, out):  # fmt: skip
+          out):  # fmt: skip
     """Every job of the block, one after the other; ``out[0, j]`` is job ``j``'s makespan.
     Per session: ``phase``, ``left`` (a timed part's uncontended seconds, a decode's
     tokens), ``deadline`` and the turn it is at, as in the compiled turn kernel."""
@@ -88,7 +86,7 @@ def _jobs(turns, start, end, first, prompt, reply, command, c, episodes, base, p
             n_timed += 1
         while busy > 0:
             demand = _demand(max(batch, 1), demand_batch, demand_cores)
-            r_timed, r_engine = shares(n_timed, batch, cores, threads, demand, part)
+            r_timed, r_engine = shares(n_timed, batch, cores, threads, demand)
             bb = max(batch, 1)
             step = max(base[bb] + per_ctx * held, per_batch * bb) / r_engine
             # the next event: the first session whose part ends or whose deadline comes
@@ -151,18 +149,17 @@ else:
 
 
 def moment_jobs(engine, episodes: int, timeout: float, c: int, cpu):
-    """A function of a block's :class:`~staleness_sim.durations.turn_steps.Episodes` and its
+    """A function of a block's :class:`~staleness_sim.durations.turn_episodes.Episodes` and its
     number of jobs ``n`` giving their makespans, the CPU shared as ``cpu`` says."""
     base, per_ctx, per_batch = engine.step_terms(c)
-    plain = njit is None or os.environ.get("STALENESS_SIM_NO_NUMBA", "") == "1"
-    run = _jobs if plain else _compiled
+    python = plain()
+    run = _jobs if python else _compiled
     batch, demand = cpu.demand_curve()
     args = (c, episodes, base, per_ctx, per_batch, float(engine.prefill_s_per_token),
-            float(timeout), float(cpu.cores), float(cpu.threads), batch, demand,
-            float(cpu.timed_demand))  # fmt: skip
+            float(timeout), float(cpu.cores), float(cpu.threads), batch, demand)  # fmt: skip
 
     def simulate(eps, n: int) -> np.ndarray:
         # plain Python holds the GIL: threads would only take turns
-        return in_parts(run, eps, n, episodes, 1, args, parts=1 if plain else None)[0]
+        return in_parts(run, eps, n, episodes, 1, args, parts=1 if python else None)[0]
 
     return simulate

@@ -1,17 +1,13 @@
-"""The turn model compiled with numba (the optional ``fast`` extra): each job's whole event
-loop in one compiled call, its sessions in a few small arrays that stay in cache, from
-the episodes drawn beforehand (:class:`~staleness_sim.durations.turn_steps.Episodes`).
-It is the numpy lockstep of :mod:`~staleness_sim.durations.turn_steps` (``events`` then
-``apply``) for one job at a time, the same arithmetic in the same order, so the results
-are the same to the bit (``tests/sim/test_turn_kernel.py``). Numpy's cost is a fixed
-overhead per call, dozens of calls a step; the lockstep compiled earlier paid a pass
-over a block of jobs larger than the cache at every step. A chunk's jobs run in parts on
-several threads (:mod:`~staleness_sim.durations.kernel_threads`: the kernel releases the
-GIL), with the same results whatever the split.
-
-``compiled_jobs`` returns None (and the numpy lockstep runs) where numba does not import
-or ``STALENESS_SIM_NO_NUMBA=1``. The kernel is cached on disk (``cache=True``), so only
-the first run after an install compiles it.
+"""The turn model's event loop (:mod:`~staleness_sim.durations.turns`): each job's whole
+loop over turn boundaries in one call, its sessions in a few small arrays that stay in
+cache, from the episodes drawn beforehand
+(:class:`~staleness_sim.durations.turn_episodes.Episodes`). One source, compiled by numba
+where it imports (the ``fast`` extra) and run as plain Python otherwise
+(``STALENESS_SIM_NO_NUMBA=1`` too): the same arithmetic in the same order, so the same
+jobs to the bit (``tests/sim/test_turn_kernel.py``). Compiled, a chunk's jobs run in
+parts on several threads (:mod:`~staleness_sim.durations.kernel_threads`: the kernel
+releases the GIL), with the same results whatever the split. The compiled kernel is
+cached on disk (``cache=True``), so only the first run after an install compiles it.
 """
 
 from __future__ import annotations
@@ -24,14 +20,14 @@ from staleness_sim.durations.kernel_threads import in_parts
 
 try:
     from numba import njit
-except ImportError:  # the fast extra is not installed: the numpy steps run
+except ImportError:  # the fast extra is not installed: plain Python runs
     njit = None
 
 
 def _jobs(turns, start, end, first, prompt, reply, command, c, episodes, base, per_ctx,
           per_batch, prefill, timeout, out):  # fmt: skip
-    """Every job of the block, one after the other; ``out`` rows: makespan, timed and
-    decoding integrals. Per session: ``when`` (a timed part: min(its end, deadline);
+    """Every job of the block, one after the other; ``out[0, j]`` is job ``j``'s makespan.
+    Per session: ``when`` (a timed part: min(its end, deadline);
     decoding: the deadline), ``target`` (decoding: the virtual token count at which it
     ends), ``at`` (its turn in the turn arrays), the rest as in ``Block``. ``ds`` and
     ``ws`` are the first argmin of ``target`` and of ``when``, kept up to date."""
@@ -45,7 +41,7 @@ def _jobs(turns, start, end, first, prompt, reply, command, c, episodes, base, p
     seg, nturns, at = np.empty(c, np.int64), np.empty(c, np.int64), np.empty(c, np.int64)
     dec = np.empty(c, np.bool_)
     for j in range(out.shape[1]):
-        t = virt = held = timed = decoding = 0.0
+        t = virt = held = 0.0
         batch, assigned, busy = 0, c, c
         for s in range(c):  # every session starts an episode at 0
             e = j * episodes + s
@@ -68,9 +64,6 @@ def _jobs(turns, start, end, first, prompt, reply, command, c, episodes, base, p
             if not np.isfinite(t_next):  # cannot happen while a session is busy
                 break
             adv = first_target if is_dec else virt + (t_next - t) / step
-            dt = t_next - t
-            timed += (busy - batch) * dt
-            decoding += dt if batch > 0 else 0.0
             if batch > 0:
                 virt = adv
             t = t_next
@@ -112,7 +105,7 @@ def _jobs(turns, start, end, first, prompt, reply, command, c, episodes, base, p
                 pr[s], rp[s] = prompt[at[s]], reply[at[s]]
                 deadline[s] = t + timeout
                 ws = _put(when, wmin, wat, s, min(t + start[e] + prefill * pr[s], deadline[s]), ng)
-        out[0, j], out[1, j], out[2, j] = t, timed, decoding
+        out[0, j] = t
 
 
 def _after_decode(s, at, seg, nturns, pr, rp, prompt, reply, command, end_s, prefill):
@@ -170,21 +163,27 @@ if njit is not None:
     _lower = njit(cache=True, inline="always")(_lower)
     # error_model="numpy": a float division needs no zero check (a step is > 0): 4 % faster
     # nogil: a chunk's jobs run in parts on several threads (kernel_threads)
-    _jobs = njit(cache=True, error_model="numpy", nogil=True)(_jobs)
+    _compiled = njit(cache=True, error_model="numpy", nogil=True)(_jobs)
+else:
+    _compiled = None
 
 
-def compiled_jobs(engine, episodes: int, timeout: float, c: int):
-    """A function of a block's :class:`Episodes` and its number of jobs ``n`` giving ``(t,
-    timed, decoding)`` as :func:`~staleness_sim.durations.turn_steps.simulate_numpy`; None
-    where numba is missing or ``STALENESS_SIM_NO_NUMBA=1``."""
-    if njit is None or os.environ.get("STALENESS_SIM_NO_NUMBA", "") == "1":
-        return None
+def plain() -> bool:
+    """Whether the kernels run as plain Python (no numba, or ``STALENESS_SIM_NO_NUMBA=1``)."""
+    return _compiled is None or os.environ.get("STALENESS_SIM_NO_NUMBA", "") == "1"
+
+
+def turn_jobs(engine, episodes: int, timeout: float, c: int):
+    """A function of a block's :class:`~staleness_sim.durations.turn_episodes.Episodes` and
+    its number of jobs ``n`` giving their makespans."""
     base, per_ctx, per_batch = engine.step_terms(c)
-    prefill, timeout = float(engine.prefill_s_per_token), float(timeout)
+    args = (c, episodes, base, per_ctx, per_batch, float(engine.prefill_s_per_token),
+            float(timeout))  # fmt: skip
+    python = plain()
+    run = _jobs if python else _compiled
 
-    def simulate(eps, n: int):
-        args = (c, episodes, base, per_ctx, per_batch, prefill, timeout)
-        out = in_parts(_jobs, eps, n, episodes, 3, args)
-        return out[0], out[1], out[2]
+    def simulate(eps, n: int) -> np.ndarray:
+        # plain Python holds the GIL: threads would only take turns
+        return in_parts(run, eps, n, episodes, 1, args, parts=1 if python else None)[0]
 
     return simulate

@@ -18,9 +18,9 @@ episode: its turns, its mean prompt and reply tokens and command seconds per tur
 start and end seconds), which keeps the correlation between turn count and lengths.
 
 Each job is simulated exactly, event by event, so the cost grows with turn boundaries. A
-block of jobs' episodes is drawn first, part by part; then each job's event loop runs
-compiled where numba imports (the ``fast`` extra), or the block's jobs run in a numpy
-lockstep otherwise, with the same results.
+block of jobs' episodes is drawn first, part by part; then each job's event loop runs,
+compiled where numba imports (the ``fast`` extra) and as plain Python otherwise, with the
+same results.
 """
 
 from __future__ import annotations
@@ -34,18 +34,15 @@ from staleness_sim.durations.engine_model import Engine
 from staleness_sim.durations.models import make_duration
 from staleness_sim.durations.moment_kernel import moment_jobs
 from staleness_sim.durations.specs import DurationSpec
-from staleness_sim.durations.turn_kernel import compiled_jobs
-from staleness_sim.durations.turn_steps import Episodes, simulate_numpy
+from staleness_sim.durations.turn_episodes import Episodes
+from staleness_sim.durations.turn_kernel import turn_jobs
 
 # A stream's jobs are drawn and simulated in chunks of _CHUNK jobs, whatever the sizes asked
 # for, so job k of a seed is the same however its callers ask (and the compiled loop reads
 # a chunk's drawn episodes, ~3 MB, while they are still in cache). Callers that extend a
 # stream ask for stream_block = _CHUNK jobs at a time, so at most _CHUNK - 1 are simulated
-# and never used. The numpy lockstep's fixed cost per step is shared by the jobs it steps
-# together: it simulates _BLOCK jobs (several chunks) at once (measured on the published
-# run: 5.3 s at 1,024 jobs, 6.0 s at 256).
+# and never used.
 _CHUNK = 64
-_BLOCK = 1024
 _STREAMS = 32  # generators whose jobs simulated ahead are kept
 
 
@@ -134,40 +131,23 @@ class DemandCurve(BaseModel):
 
 class CpuShare(BaseModel):
     """The CPU a worker's sessions and engine share (a CPU run, where containers and the
-    engine compete for a few cores): ``cores`` CPUs, every session in a timed part (a
-    command, a sandbox start, a verifier, a prefill) wanting one and the engine
-    ``engine_demand`` while it decodes (default: all ``cores``, as a CPU engine runs one
-    thread per core, torch's default; measured alone it keeps 1.1 to 1.7 of 2 busy, see
-    docs/turns.md). The turn and engine times are then uncontended times.
-
-    ``share: job`` (the default): a job's parts all slow by ``max(1, demand / cores)``,
-    ``demand`` being the job's mean of that want over its makespan (a mean field per job:
-    the simulated job's own occupancy, which uniform slowing leaves unchanged).
-    ``share: moment``: the cores are shared max-min fairly moment by moment among the timed
-    parts (a thread each) and the engine (``engine_threads`` threads, default one a core,
-    wanting ``engine_demand`` or, by batch, ``engine_cores``), each part advancing at its
-    share (:mod:`~staleness_sim.durations.moment_kernel`).
-
-    ``timed_demand`` (default 1): the cores a session in a timed part wants; below 1 where
-    a command mostly waits (on its container, on the docker daemon), so that a few
-    sessions leave cores idle. Fitted from a run's recorded busy cores by ``--cpu-share
-    measured`` (:func:`~staleness_sim.validation.moment_fit.fit_wants`)."""
+    engine compete for a few cores): ``cores`` CPUs shared max-min fairly moment by moment
+    among threads (:mod:`~staleness_sim.durations.moment_kernel`): every session in a timed
+    part (a command, a sandbox start, a verifier, a prefill) is one thread wanting a core;
+    the engine, while it decodes, is ``engine_threads`` threads (default one a core, as
+    torch runs a CPU engine) wanting ``engine_demand`` cores between them (default: all
+    ``cores``) or, by batch, ``engine_cores``. Each part advances at its share; the turn
+    and engine times are uncontended times."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     cores: Annotated[float, Field(gt=0)]
     engine_demand: Annotated[float, Field(ge=0)] | None = None
-    share: Literal["job", "moment"] = "job"
     engine_threads: Annotated[int, Field(ge=1)] | None = None
     engine_cores: DemandCurve | None = None
-    timed_demand: Annotated[float, Field(gt=0)] = 1.0
 
     @model_validator(mode="after")
     def _one_demand(self) -> CpuShare:
-        if self.share == "job":
-            given = [k for k in ("engine_threads", "engine_cores") if getattr(self, k) is not None]
-            if given:
-                raise ValueError(f"{given[0]} goes with share: moment")
         if self.engine_cores is not None and self.engine_demand is not None:
             raise ValueError("give engine_demand or engine_cores, not both")
         return self
@@ -178,7 +158,7 @@ class CpuShare(BaseModel):
 
     @property
     def threads(self) -> int:
-        """The engine's threads (share: moment): one a core by default."""
+        """The engine's threads: one a core by default."""
         return self.engine_threads or max(1, round(self.cores))
 
     def demand_curve(self) -> tuple[np.ndarray, np.ndarray]:
@@ -187,13 +167,6 @@ class CpuShare(BaseModel):
             curve = self.engine_cores
             return np.asarray(curve.batch, np.float64), np.asarray(curve.cores, np.float64)
         return np.ones(1), np.full(1, float(self.engine))
-
-    def slowdown(self, timed: np.ndarray, decoding: np.ndarray, span: np.ndarray) -> np.ndarray:
-        """The factor of jobs whose sessions spent ``timed`` session-seconds in timed parts
-        and whose engine decoded ``decoding`` seconds of a makespan ``span``."""
-        with np.errstate(invalid="ignore", divide="ignore"):
-            demand = (self.timed_demand * timed + self.engine * decoding) / span
-        return np.maximum(1.0, np.nan_to_num(demand, nan=0.0) / self.cores)
 
 
 class _Table:
@@ -322,12 +295,9 @@ class TurnJob:
             want = f"{self.cpu.engine:g}"
             if self.cpu.engine_cores is not None:
                 want = f"{min(self.cpu.engine_cores.cores):g}-{max(self.cpu.engine_cores.cores):g}"
-            how = "moment by moment" if self.cpu.share == "moment" else "a mean per job"
-            part = self.cpu.timed_demand
-            each = "" if part == 1 else f", a timed part {part:.3g}"
             cpu = (
-                f"; containers and engine (wanting {want}{each}) share {self.cpu.cores:g} cores"
-                f" ({how})"
+                f"; containers and engine (wanting {want}) share {self.cpu.cores:g} cores"
+                " (moment by moment)"
             )
         return (
             f"makespan of {self.episodes} episodes over {self.concurrency} sessions sharing "
@@ -336,27 +306,15 @@ class TurnJob:
 
     def _simulate(self, rng: np.random.Generator, chunks: int) -> np.ndarray:
         """Makespans of ``chunks`` chunks of ``_CHUNK`` jobs, each chunk's episodes drawn
-        together (one call per part), then each job simulated exactly: compiled chunk by
-        chunk where numba imports (:mod:`~staleness_sim.durations.turn_kernel`), else in a
-        numpy lockstep over at least ``_BLOCK`` jobs' chunks
-        (:mod:`~staleness_sim.durations.turn_steps`), with the same results."""
+        together (one call per part), then each job simulated exactly by its event loop
+        (:mod:`~staleness_sim.durations.turn_kernel`; with a shared CPU,
+        :mod:`~staleness_sim.durations.moment_kernel`)."""
         c = min(self.concurrency, self.episodes)
-        if self.cpu is not None and self.cpu.share == "moment":
-            by_moment = moment_jobs(self.engine, self.episodes, self.timeout, c, self.cpu)
-            return np.concatenate([by_moment(self._chunk(rng), _CHUNK) for _ in range(chunks)])
-        simulate = compiled_jobs(self.engine, self.episodes, self.timeout, c)
-        if simulate is not None:
-            runs = [simulate(self._chunk(rng), _CHUNK) for _ in range(chunks)]
+        if self.cpu is not None:
+            simulate = moment_jobs(self.engine, self.episodes, self.timeout, c, self.cpu)
         else:
-            chunks = max(chunks, _BLOCK // _CHUNK)
-            eps = Episodes.joined([self._chunk(rng) for _ in range(chunks)])
-            runs = [
-                simulate_numpy(self.engine, self.episodes, self.timeout, eps, chunks * _CHUNK, c)
-            ]
-        t, timed, decoding = (np.concatenate(x) for x in zip(*runs, strict=True))
-        if self.cpu is None:
-            return t
-        return t * self.cpu.slowdown(timed, decoding, t)
+            simulate = turn_jobs(self.engine, self.episodes, self.timeout, c)
+        return np.concatenate([simulate(self._chunk(rng), _CHUNK) for _ in range(chunks)])
 
     def _chunk(self, rng: np.random.Generator) -> Episodes:
         return self.source.block(rng, _CHUNK, self.episodes)

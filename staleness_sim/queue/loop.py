@@ -50,9 +50,7 @@ class EventLoop(GroupQueue):
         self.versions_used = self.s_v1 if self.in_flight else self.s_v0
         self._pump(0.0)
         heap, start_heap, idle = self.heap, self.start_heap, self.idle
-        per_slot, slot_n = self.durations.per_slot, self.slot_n
-        s_slot, s_v0, s_v1 = self.s_slot, self.s_v0, self.s_v1
-        s_tdisp, s_t0, s_dur = self.s_tdisp, self.s_t0, self.s_dur
+        s_v1, s_t0, s_dur = self.s_v1, self.s_t0, self.s_dur
         g_left, g_minv = self.g_left, self.g_minv
         free, in_flight, admission = self.free, self.in_flight, self.admission
         producers_wait, allowance = self.rule.producers_wait, self.allowance
@@ -92,27 +90,11 @@ class EventLoop(GroupQueue):
                     heappop(heap)
                     break
             if inline and (free or (not idle and allowance(1) == 1)):
-                # the slot starts its next sample at once: the hot path, no state change;
-                # written out as in _pump (one call per sample here costs 5-13 % CPU)
-                j = self.next_id
-                self.next_id = j + 1
-                if j % S == 0:
-                    self._new_group()
-                v = self.v
+                # the slot starts its next sample at once: the hot path, no state change
                 if admission is not None:
-                    admission.started(1, v)
-                n = slot_n[slot]
-                slot_n[slot] = n + 1
-                values = per_slot[slot]
-                if n >= len(values):
-                    values = self.durations.extend(slot)
-                d = values[n]
-                s_slot.append(slot)
-                s_v0.append(v)
-                s_v1.append(-1)
-                s_tdisp.append(now)
+                    admission.started(1, self.v)
+                j, d = self._draw(slot, now)
                 s_t0.append(now)
-                s_dur.append(d)
                 heapreplace(heap, (now + d, slot, j))
                 continue
             heappop(heap)
@@ -121,36 +103,40 @@ class EventLoop(GroupQueue):
                 self._pump(now)
         return self._samples()
 
+    def _draw(self, slot: int, now: float) -> tuple[int, float]:
+        """A new sample on ``slot`` dispatched at ``now``: its id (a new group every S) and
+        duration, its row written but for its start."""
+        i = self.next_id
+        self.next_id = i + 1
+        if i % self.S == 0:
+            self._new_group()
+        n = self.slot_n[slot]
+        self.slot_n[slot] = n + 1
+        values = self.durations.per_slot[slot]
+        if n >= len(values):
+            values = self.durations.extend(slot)
+        d = values[n]
+        self.s_slot.append(slot)
+        self.s_v0.append(self.v)
+        self.s_v1.append(-1)
+        self.s_tdisp.append(now)
+        self.s_dur.append(d)
+        return i, d
+
     def _pump(self, now: float) -> None:
         """Serve waiting slots first come, first served, as many as may start."""
         idle = self.idle
         k = self.allowance(len(idle)) if idle else 0
         if not k:
             return
-        v, S, sync = self.v, self.S, self.sync
+        v, sync = self.v, self.sync
         if self.admission is not None:
             self.admission.started(k, v)
-        per_slot, slot_n, synced = self.durations.per_slot, self.slot_n, self.synced
-        s_slot, s_v0, s_v1 = self.s_slot, self.s_v0, self.s_v1
-        s_tdisp, s_t0, s_dur = self.s_tdisp, self.s_t0, self.s_dur
+        synced, s_t0 = self.synced, self.s_t0
         heap = self.heap
         for _ in range(k):
             slot = idle.popleft()
-            i = self.next_id
-            self.next_id = i + 1
-            if i % S == 0:
-                self._new_group()
-            n = slot_n[slot]
-            slot_n[slot] = n + 1
-            values = per_slot[slot]
-            if n >= len(values):
-                values = self.durations.extend(slot)
-            d = values[n]
-            s_slot.append(slot)
-            s_v0.append(v)
-            s_v1.append(-1)
-            s_tdisp.append(now)
-            s_dur.append(d)
+            i, d = self._draw(slot, now)
             missed = v - synced[slot]
             synced[slot] = v
             if sync and missed > 0:  # replay the missed versions first

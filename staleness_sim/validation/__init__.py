@@ -27,8 +27,10 @@ Durations, the conventions:
   sessions of one job are not; it is there to show that difference.
 
 One module a job: ``run.py`` reads a measured run, ``effects.py`` the per-version factor and
-contention, ``model.py`` the run's duration and cost model and its scenario, ``report.py``
-the :class:`Validation` and ``validate_run``, ``plots.py`` the figures, ``fitting.py`` the
+contention, ``model.py`` the run's duration and cost model and its scenario (as
+``ModelOptions`` say), ``report.py`` the :class:`Validation` and ``validate_run``,
+``across.py`` runs predicted from each other (``validate --across``), ``turn_fit.py`` and
+``moment_fit.py`` the turn model of a run, ``plots.py`` the figures, ``fitting.py`` the
 maximum-likelihood duration fits. The names below are the public ones, importable from here.
 """
 
@@ -45,6 +47,7 @@ from staleness_sim.validation.model import (
     GROUP_WINDOW,
     VERSION_EFFECT,
     VERSION_EFFECT_P,
+    ModelOptions,
     RunModel,
     measured_costs,
     model_from_run,
@@ -90,6 +93,7 @@ __all__ = [
     "job_durations",
     "lag_distribution",
     "measured_costs",
+    "ModelOptions",
     "model_from_run",
     "plot_lags",
     "plot_metrics",

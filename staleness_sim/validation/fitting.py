@@ -24,13 +24,11 @@ import pandas as pd
 from scipy import stats
 
 from staleness_sim.durations import (
-    DurationModel,
     ExponentialSpec,
     GammaSpec,
     LognormalSpec,
     LomaxSpec,
     WeibullSpec,
-    make_duration,
 )
 
 __all__ = ["FAMILIES", "FitResult", "fit_durations", "kaplan_meier"]
@@ -160,9 +158,6 @@ class FitResult:
     @property
     def best_family(self) -> str:
         return str(self.table["family"].iloc[0])
-
-    def best_model(self) -> DurationModel:
-        return make_duration(self.best)
 
     def plot(self, path: str | Path) -> Path:
         """Write a goodness-of-fit figure: ECDF vs fitted CDFs, and a QQ panel of the best."""

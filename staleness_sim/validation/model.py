@@ -1,8 +1,9 @@
-"""What the simulator takes from a measured run (:class:`RunModel`): the job-duration model
-(the empirical distribution by default, a fitted family, fitted episodes composed into
-jobs, or the turn model: ``turn_fit``), the run's own costs (``update_seconds``, ``sync_seconds``, ``dispatch_seconds``),
-where the jobs of one dispatch version move together a per-version factor, and the
-scenario they make with the run's own settings."""
+"""What the simulator takes from a measured run (:class:`RunModel`), as
+:class:`ModelOptions` say: the job-duration model (the empirical distribution by default, a
+fitted family, fitted episodes composed into jobs, or the turn model: ``turn_fit``), the
+run's own costs (``update_seconds``, ``sync_seconds``, ``dispatch_seconds``), where the
+jobs of one dispatch version move together a per-version factor, and the scenario they
+make with the run's own settings."""
 
 from __future__ import annotations
 
@@ -27,12 +28,63 @@ from staleness_sim.validation.run import (
     need_jobs,
     read_run,
 )
-from staleness_sim.validation.turn_fit import CPU_SHARES, turn_job
+from staleness_sim.validation.turn_fit import per_turn, run_cores, run_episodes, turn_job
 
 DURATION_MODELS = ("empirical", "fitted", "episodes", "turns")
 VERSION_EFFECT = ("auto", "on", "off")
 VERSION_EFFECT_P = 0.05  # auto: a shared factor when the one-way ANOVA F test says so
 GROUP_WINDOW = 0.25  # jobs of a version starting within this many median durations: a group
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """How a measured run becomes a scenario (``validate``, ``fit``, ``run --from-run``,
+    ``validate --across``): the job-duration model (``durations``: empirical, fitted,
+    episodes, turns), how a fitted family is ranked (``criterion``: aic, bic), the
+    per-version factor (``version_effect``: auto, on, off), the workers sharing one machine
+    that runs ``capacity`` jobs at full speed (contention across workers), and the CPUs
+    each worker's containers and engine shared (``cores``, the turn model only): ``"run"``
+    (the default) takes them from the run itself where it was a CPU run with per-turn
+    records (:func:`~staleness_sim.validation.turn_fit.run_cores`), a number gives them,
+    ``"off"`` shares none."""
+
+    durations: str = "empirical"
+    criterion: str = "aic"
+    version_effect: str = "auto"
+    capacity: float | None = None
+    cores: float | str = "run"
+
+    def __post_init__(self) -> None:
+        if self.durations not in DURATION_MODELS:
+            raise ValueError(f"durations must be one of {', '.join(DURATION_MODELS)}")
+        if self.version_effect not in VERSION_EFFECT:
+            raise ValueError(f"version_effect must be one of {', '.join(VERSION_EFFECT)}")
+        if self.criterion not in ("aic", "bic"):
+            raise ValueError(f"criterion must be aic or bic, got {self.criterion!r}")
+        if self.capacity is not None and not self.capacity > 0:
+            raise ValueError(f"capacity must be > 0, got {self.capacity}")
+        if isinstance(self.cores, str):
+            if self.cores not in ("run", "off"):
+                raise ValueError(f"cores: a number, run or off, got {self.cores!r}")
+            return
+        if self.durations != "turns":
+            raise ValueError("cores (a CPU shared within a worker) needs --durations turns")
+        if self.capacity is not None:
+            raise ValueError("give cores (within a worker) or capacity (across workers), not both")
+        if not self.cores > 0:
+            raise ValueError(f"cores must be > 0, got {self.cores}")
+
+    def cores_of(self, run: MeasuredRun) -> float | None:
+        """The cores a worker's CPU share gets for ``run`` (None: no shared CPU): given, or
+        with ``"run"`` the run's own where the turn model fits a CPU run with per-turn
+        records and no ``capacity``."""
+        if self.durations != "turns" or self.cores == "off":
+            return None
+        if self.cores != "run":
+            return float(self.cores)
+        if self.capacity is not None or not per_turn(run_episodes(run)):
+            return None
+        return run_cores(run)
 
 
 @dataclass
@@ -75,45 +127,23 @@ def _fitted_spec(values: np.ndarray, censored: np.ndarray | None, criterion: str
     return spec, result
 
 
-def model_from_run(
-    run: MeasuredRun,
-    durations: str = "empirical",
-    criterion: str = "aic",
-    version_effect: str = "auto",
-    capacity: float | None = None,
-    cores: float | None = None,
-    cpu_share: str = "job",
-    engine_cpu: dict | None = None,
-) -> RunModel:
-    """Fit the job-duration model and measure the run's costs from its trace.
+def model_from_run(run: MeasuredRun, options: ModelOptions | None = None) -> RunModel:
+    """Fit the job-duration model and measure the run's costs from its trace, as
+    ``options`` say (:class:`ModelOptions`; the defaults without).
 
     With ``capacity`` the workers share one machine (the scenario's ``contention``), and
     the measured durations are turned into solo durations first (:func:`solo_durations`).
-    With ``cores`` (the turn model only) a worker's containers and engine shared that many
-    CPUs (the job's ``cpu``; :func:`~staleness_sim.validation.turn_fit.turn_job`), shared
-    as ``cpu_share`` says: ``job`` (a mean per job) or ``moment`` (moment by moment);
-    ``engine_cpu`` is the engine's own CPU demand, measured apart (``--engine-cpu``).
+    With cores (the turn model only) a worker's containers and engine shared that many
+    CPUs moment by moment (the job's ``cpu``;
+    :func:`~staleness_sim.validation.turn_fit.turn_job`).
     """
-    if durations not in DURATION_MODELS:
-        raise ValueError(f"durations must be one of {', '.join(DURATION_MODELS)}")
-    if version_effect not in VERSION_EFFECT:
-        raise ValueError(f"version_effect must be one of {', '.join(VERSION_EFFECT)}")
-    if cores is not None:
-        if durations != "turns":
-            raise ValueError("cores (a CPU shared within a worker) needs --durations turns")
-        if capacity is not None:
-            raise ValueError("give cores (within a worker) or capacity (across workers), not both")
-        if not cores > 0:
-            raise ValueError(f"cores must be > 0, got {cores}")
-    if cpu_share not in CPU_SHARES:
-        raise ValueError(f"cpu_share must be one of {', '.join(CPU_SHARES)}, got {cpu_share!r}")
-    if cpu_share != "job" and cores is None:
-        raise ValueError(f"--cpu-share {cpu_share} (a CPU shared moment by moment) needs --cores K")
+    o = options or ModelOptions()
+    durations, criterion, version_effect, capacity = (
+        o.durations, o.criterion, o.version_effect, o.capacity
+    )  # fmt: skip
     values, censored, jobs = job_durations(run)
     need_jobs(run, len(values))
     if capacity is not None:
-        if not capacity > 0:
-            raise ValueError(f"capacity must be > 0, got {capacity}")
         if durations == "episodes":
             raise ValueError("capacity (contention) works with job durations, not episodes")
         solo = solo_durations(run, jobs, capacity)
@@ -144,9 +174,7 @@ def model_from_run(
         job = {"duration": spec}
         what = f"{spec['dist']} fitted to {len(base)} job durations by {criterion.upper()}"
     elif durations == "turns":
-        job, what = turn_job(
-            run, scale if capacity is not None else None, cores, cpu_share, engine_cpu
-        )
+        job, what = turn_job(run, scale if capacity is not None else None, o.cores_of(run))
     else:
         job, table, what = _episodic_job(run, criterion)
     effect = None
@@ -270,21 +298,13 @@ def scenario_data(run: MeasuredRun, model: RunModel) -> dict[str, Any]:
 def scenario_from_run(
     folder: str | Path,
     sets: list[str] | tuple[str, ...] = (),
-    durations: str = "empirical",
-    criterion: str = "aic",
-    version_effect: str = "auto",
-    capacity: float | None = None,
-    cores: float | None = None,
-    cpu_share: str = "job",
-    engine_cpu: dict | None = None,
+    options: ModelOptions | None = None,
 ) -> Scenario:
-    """The scenario of a measured run, from its fitted durations and measured costs, with
-    ``--set KEY=VALUE`` overrides (what-ifs: ``workers=16``, ``policy.max_lag=4``)."""
+    """The scenario of a measured run, from its fitted durations and measured costs
+    (:class:`ModelOptions`), with ``--set KEY=VALUE`` overrides (what-ifs: ``workers=16``,
+    ``policy.max_lag=4``)."""
     run = read_run(folder)
-    model = model_from_run(
-        run, durations, criterion, version_effect, capacity, cores, cpu_share, engine_cpu
-    )
-    return run_scenario(run, model, sets, f"--from-run {folder}")
+    return run_scenario(run, model_from_run(run, options), sets, f"--from-run {folder}")
 
 
 def run_scenario(

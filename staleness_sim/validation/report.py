@@ -16,7 +16,7 @@ from staleness_sim.cohort.engine import simulate
 from staleness_sim.config import Scenario
 from staleness_sim.core.metrics import lag_histogram, summarize
 from staleness_sim.core.trace import Trace
-from staleness_sim.validation.model import RunModel, model_from_run, run_scenario
+from staleness_sim.validation.model import ModelOptions, RunModel, model_from_run, run_scenario
 from staleness_sim.validation.run import MeasuredRun, read_run
 
 # (metric, error kind): relative for rates and times, absolute for fractions and counts
@@ -149,22 +149,15 @@ def error_of(kind: str, predicted: float, measured: float) -> float:
 def validate_run(
     folder: str | Path,
     replicates: int = 20,
-    durations: str = "empirical",
-    criterion: str = "aic",
-    version_effect: str = "auto",
+    options: ModelOptions | None = None,
     sets: list[str] | tuple[str, ...] = (),
-    capacity: float | None = None,
-    cores: float | None = None,
-    cpu_share: str = "job",
-    engine_cpu: dict | None = None,
 ) -> Validation:
-    """Replay a measured run's scenario ``replicates`` times and compare every metric."""
+    """Replay a measured run's scenario (its model as ``options`` say) ``replicates`` times
+    and compare every metric."""
     if replicates < 1:
         raise ValueError(f"--replicates must be >= 1, got {replicates}")
     run = read_run(folder)
-    model = model_from_run(
-        run, durations, criterion, version_effect, capacity, cores, cpu_share, engine_cpu
-    )
+    model = model_from_run(run, options)
     scenario = run_scenario(run, model, sets, f"{folder}")
     measured = summarize(run.trace)
     predicted = []

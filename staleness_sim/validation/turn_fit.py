@@ -21,12 +21,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pydantic import ValidationError
 from scipy import optimize
 
 from staleness_sim.core.trace import TraceError
 from staleness_sim.durations import CpuShare
-from staleness_sim.validation.moment_fit import RunPieces, fit_wants, recorded_busy, uncontended
+from staleness_sim.validation.moment_fit import uncontended
 from staleness_sim.validation.run import MeasuredRun, completed_jobs, need_jobs
 
 NEEDS = ("job_id", "index", "turns", "tokens_in", "tokens_out", "generation_s",
@@ -168,134 +167,48 @@ def episode_table(eps: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def cpu_slowdowns(eps: pd.DataFrame, cpu: CpuShare) -> pd.Series:
-    """Each measured job's slowdown under ``cpu`` (the scenario's ``job.cpu``), from its own
-    records: its sessions' seconds outside generation (timed parts), the time its engine
-    generated (the union of its turns' generations) and its span, as the turn model
-    counts them for a simulated job. Needs per-turn records."""
-    if not per_turn(eps):
-        raise TraceError("a shared CPU (--cores) needs the run's per-turn records")
-    out = {}
-    for job_id, job in eps.groupby("job_id", sort=False):
-        start = np.concatenate(job["turn_start"].to_numpy()).astype(float)
-        gen = np.concatenate(job["turn_gen_s"].to_numpy()).astype(float)
-        timed = float((job["duration_s"].to_numpy(float)).sum() - gen.sum())
-        span = float(job["end_time"].max() - job["start_time"].min())
-        out[job_id] = float(
-            cpu.slowdown(
-                np.array([timed]), np.array([_union(start, start + gen)]), np.array([span])
-            )[0]
-        )
-    return pd.Series(out)
-
-
-def _union(start: np.ndarray, end: np.ndarray) -> float:
-    """The length of the union of the intervals [start, end)."""
-    total, reach = 0.0, -np.inf
-    for a, b in sorted(zip(start, end, strict=True)):
-        if b > reach:
-            total += b - max(a, reach)
-            reach = b
-    return total
-
-
-ENGINE_CPU_KEYS = ("engine_demand", "engine_threads", "engine_cores")
-CPU_SHARES = ("job", "moment", "measured")  # --cpu-share: measured is moment, wants fitted
-
-
-def engine_cpu_fields(data: Any, source: str) -> dict:
-    """``data`` (the engine's CPU: ``engine_demand`` or ``engine_cores``, and
-    ``engine_threads``) checked, as a ``job.cpu``'s fields; errors name ``source`` and the
-    field."""
-    if not isinstance(data, dict) or not data:
-        raise ValueError(f"{source}: expected a mapping of {', '.join(ENGINE_CPU_KEYS)}")
-    other = sorted(set(data) - set(ENGINE_CPU_KEYS))
-    if other:
-        raise ValueError(f"{source}: {other[0]}: not an engine CPU field "
-                         f"(expected {', '.join(ENGINE_CPU_KEYS)})")  # fmt: skip
-    share = "moment" if {"engine_threads", "engine_cores"} & set(data) else "job"
-    try:
-        checked = CpuShare(cores=1.0, share=share, **data)
-    except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(x) for x in err["loc"]) or "engine cpu"
-        raise ValueError(f"{source}: {where}: {err['msg']}") from None
-    return checked.model_dump(mode="json", include=set(data), exclude_none=True)
-
-
-def _wants(engine_cpu: dict) -> str:
-    if "engine_cores" in engine_cpu:
-        curve = engine_cpu["engine_cores"]
-        by = ", ".join(f"{c:g} at {b}" for b, c in zip(curve["batch"], curve["cores"], strict=True))
-        return f"cores by batch: {by}"
-    return f"{engine_cpu.get('engine_demand', 'all the')} cores"
+def run_cores(run: MeasuredRun) -> float | None:
+    """The cores each worker of a CPU run had, from the run itself: the CPUs its process
+    could use (``meta.json``: its first segment's ``machine.usable_cpus``) over its
+    workers, where its local workers' engines ran on the CPU (``model.device: cpu``,
+    ``backend: local``); None for any other run (a GPU engine, Ray workers elsewhere, a run
+    that recorded no machine)."""
+    cfg = run.config
+    model = cfg.get("model") if isinstance(cfg.get("model"), dict) else {}
+    if model.get("device", "cpu") != "cpu" or cfg.get("backend", "local") != "local":
+        return None
+    machines = [s.get("machine") for s in run.trace.meta.get("segments", [])]
+    machine = next((m for m in machines if isinstance(m, dict)), {})
+    cpus = machine.get("usable_cpus", machine.get("cpus"))
+    if not isinstance(cpus, int | float) or not cpus > 0:
+        return None
+    return float(cpus) / max(int(run.scenario.get("workers", 1)), 1)
 
 
 def turn_job(
-    run: MeasuredRun,
-    scale: dict[int, float] | None = None,
-    cores: float | None = None,
-    share: str = "job",
-    engine_cpu: dict | None = None,
+    run: MeasuredRun, scale: dict[int, float] | None = None, cores: float | None = None
 ) -> tuple[dict, str]:
     """The scenario's ``job`` (turns on an engine) and a line describing it. With ``cores``
-    the worker's containers and engine shared that many CPUs (``job.cpu``), so the table
-    and curve hold uncontended times: with ``share`` ``job`` each measured job's times are
-    divided by its own slowdown (and the simulated jobs slow again by theirs); with
-    ``moment`` every part's by the shares it had moment by moment, the run's G workers
-    sharing a machine of G ``cores`` (:mod:`~staleness_sim.validation.moment_fit`; the
-    simulated parts share again, each worker its ``cores``).
-
-    ``engine_cpu`` (:func:`engine_cpu_fields`) is the engine's own CPU demand, measured
-    apart: each engine of the run wanted it, and the job's ``cpu`` keeps it, so a what-if
-    at fewer ``job.cpu.cores`` (more workers on the machine) gives the engine less than
-    it wants. Without it the engine wants all of a worker's ``cores``, whatever they are."""
-    engine_cpu = dict(engine_cpu or {})
-    if engine_cpu and cores is None:
-        raise ValueError("the engine's CPU (--engine-cpu) goes with --cores")
-    moment_only = [k for k in ("engine_threads", "engine_cores") if k in engine_cpu]
-    if moment_only and share == "job":
-        raise ValueError(f"the engine's CPU: {moment_only[0]} goes with --cpu-share moment")
+    each worker's containers and engine shared that many CPUs moment by moment (the job's
+    ``cpu``), so the table and curve hold uncontended times: every part's measured seconds
+    are scaled by the shares it had moment by moment, the run's G workers sharing a
+    machine of G ``cores`` (:mod:`~staleness_sim.validation.moment_fit`; the simulated
+    parts share again, each worker its ``cores``)."""
     eps = run_episodes(run, scale)
     d, c = int(run.config["episodes_per_job"]), int(run.config["concurrency"])
     cpu_what = ""
-    if cores is not None and share in ("moment", "measured"):
+    if cores is not None:
         if not per_turn(eps):
-            raise TraceError("a CPU shared moment by moment needs the run's per-turn records")
+            raise TraceError("a shared CPU (cores) needs the run's per-turn records")
         jobs = run.trace.jobs
         worker = jobs.set_index("job_id")["worker"] if "worker" in jobs else pd.Series(dtype=int)
         # the run's workers shared one machine of ``cores`` each, moment by moment
-        each = CpuShare(cores=cores, share="moment", **engine_cpu)
+        each = CpuShare(cores=cores)
         g = max(int(run.scenario.get("workers", 1)), 1)
-        wants = engine_cpu or {"engine_threads": each.threads, "engine_demand": each.engine}
-        machine = CpuShare(cores=cores * g, share="moment", **wants)
-        pieces = RunPieces(eps, worker)
-        fitted = ""
-        if share == "measured":  # the wants, from the busy cores the run recorded
-            machine, fitted = fit_wants(pieces, machine, recorded_busy(run))
-            keys = ("timed_demand", "engine_threads", "engine_demand", "engine_cores")
-            engine_cpu = machine.model_dump(mode="json", include=set(keys), exclude_none=True)
-        eps, how_much = uncontended(eps, worker, machine, pieces)
+        machine = CpuShare(cores=cores * g, engine_threads=each.threads, engine_demand=each.engine)
+        eps, how_much = uncontended(eps, worker, machine)
         cpu_what = f"; containers and engine shared {cores:g} cores moment by moment: {how_much}"
-        if fitted:
-            cpu_what += f" ({fitted})"
-        elif engine_cpu:
-            cpu_what += (
-                f" (the engine wanting {_wants(engine_cpu)} in each of the run's {g} workers)"
-            )
     engine, how = fit_engine(eps, c)
-    if cores is not None and share == "job":
-        cpu = CpuShare(cores=cores, **engine_cpu)
-        slow = cpu_slowdowns(eps, cpu)
-        unslowed = {int(j): 1.0 / f for j, f in slow.items()}  # cores: no capacity scale
-        gen = eps.groupby("job_id", sort=False)["generation_s"].sum()
-        mean = float((slow * gen).sum() / max(gen.sum(), 1e-12))
-        engine["curve"]["step_s"] = [x / mean for x in engine["curve"]["step_s"]]
-        eps = run_episodes(run, unslowed)
-        cpu_what = (
-            f"; containers and engine shared {cores:g} cores: the run's jobs slowed "
-            f"{slow.min():.3g} to {slow.max():.3g} times (mean {slow.mean():.3g}), taken out"
-        )
     turns: dict[str, Any] = {"table": episode_table(eps)}
     if run.episode_timeout is not None:
         turns["timeout_s"] = run.episode_timeout
@@ -307,6 +220,5 @@ def turn_job(
     )
     job = {"episodes": d, "concurrency": c, "turns": turns, "engine": engine}
     if cores is not None:
-        job["cpu"] = {"cores": float(cores)} | ({"share": "moment"} if share != "job" else {})
-        job["cpu"] |= engine_cpu
+        job["cpu"] = {"cores": float(cores)}
     return job, what + cpu_what

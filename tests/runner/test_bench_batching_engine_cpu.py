@@ -1,6 +1,6 @@
-"""benchmarks/bench_batching.py --engine-cpu-out: the file it writes is what
-``--engine-cpu`` reads back (the measured cores by batch, torch's threads), with when,
-where and how fast the engine ran as comments."""
+"""benchmarks/bench_batching.py --engine-cpu-out: the file it writes holds fields of the
+turn model's ``job.cpu`` (the measured cores by batch, torch's threads), with when, where
+and how fast the engine ran as comments."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import yaml
 from conftest import load_benchmark
 
-from staleness_sim.validation.turn_fit import engine_cpu_fields
+from staleness_sim.durations import CpuShare
 
 torch = pytest.importorskip("torch")
 bench_batching = load_benchmark("bench_batching")
@@ -23,7 +23,8 @@ def test_engine_cpu_file_reads_back_with_its_provenance(tmp_path):
     path = tmp_path / "engine_cpu.yaml"
     bench_batching.write_engine_cpu(path, rows)
     text = path.read_text()
-    fields = engine_cpu_fields(yaml.safe_load(text), str(path))
+    fields = yaml.safe_load(text)
+    CpuShare(cores=2, **fields)  # valid job.cpu fields
     assert fields["engine_threads"] == torch.get_num_threads()
     assert fields["engine_cores"] == {"batch": [1, 4, 16], "cores": [1.09, 1.31, 1.66]}
     comments = [line for line in text.splitlines() if line.startswith("#")]

@@ -1,18 +1,12 @@
 """The simulator's package layout: imports go one way between packages, no module imports
-itself back through another, and the module paths from before the split still work."""
+itself back through another."""
 
 from __future__ import annotations
 
 import ast
-import importlib
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
-
 import staleness_sim
-from staleness_sim import _moved
 
 ROOT = Path(staleness_sim.__file__).parent
 
@@ -96,26 +90,6 @@ def test_no_import_cycles():
         if mod not in state:
             visit(mod, [mod])
     assert cycles == []
-
-
-@pytest.mark.parametrize("old", sorted(_moved.MOVED))
-def test_old_module_paths_give_the_same_module(old):
-    new = importlib.import_module(f"staleness_sim.{_moved.MOVED[old]}")
-    assert importlib.import_module(f"staleness_sim.{old}") is new
-    assert getattr(staleness_sim, old) is new
-    assert new.__spec__.name == new.__name__  # the alias did not replace the module's spec
-
-
-def test_old_paths_work_in_a_fresh_interpreter():
-    code = (
-        "from staleness_sim.policies import make_policy\n"
-        "from staleness_sim import plots, sweep\n"
-        "import staleness_sim.core.policies as p\n"
-        "assert make_policy is p.make_policy\n"
-        "print(sweep.run_sweep.__module__)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "staleness_sim.sweeps.run"
 
 
 def test_the_simulator_never_imports_the_runner():

@@ -1,5 +1,5 @@
-"""The CPU shared moment by moment (``job.cpu.share: moment``): the shares against a general
-water-filling written here, closed cases worked out by hand, the plain turn model where
+"""The CPU shared moment by moment (``job.cpu``): the shares against a general
+water-filling written here (an independent oracle), closed cases worked out by hand, the plain turn model where
 the cores suffice, the compiled loop against plain Python, and bad input."""
 
 from __future__ import annotations
@@ -60,31 +60,30 @@ def water_fill(wants: list[float], cores: float) -> list[float]:
 
 
 @pytest.mark.parametrize("cores", [0.5, 1.0, 2.0, 3.5])
-@pytest.mark.parametrize("part", [1.0, 0.25, 0.6, 1.5])
-def test_the_shares_are_max_min_fair(cores, part):
-    # ``part``: what a timed thread wants (timed_demand); its rate is its share over that
+def test_the_shares_are_max_min_fair(cores):
+    # a timed thread wants a core; its rate is its share of it
     for n, batch, threads, demand in itertools.product(
         range(7), (0, 1, 5), (1, 2, 4), (0.3, 1.0, 1.7, 2.0, 5.0)
     ):
         engine = [demand / threads] * threads if batch else []
-        got = water_fill([part] * n + engine, cores)
-        timed = got[0] / part if n else 1.0
+        got = water_fill([1.0] * n + engine, cores)
+        timed = got[0] if n else 1.0
         expect_engine = sum(got[n:]) / demand if batch else 1.0
-        r_timed, r_engine = shares(n, batch, cores, threads, demand, part)
-        case = (n, batch, threads, demand, cores, part)
+        r_timed, r_engine = shares(n, batch, cores, threads, demand)
+        case = (n, batch, threads, demand, cores)
         assert r_timed == pytest.approx(timed, rel=1e-9, abs=1e-12), case
         assert r_engine == pytest.approx(expect_engine, rel=1e-9), case
 
 
 def test_timed_parts_alone_share_the_cores_evenly():
     # three sessions with a 1 s part each on 2 cores: each at 2/3 of a core, 1.5 s
-    job = job_of(rows((1, 0)), {"cores": 2, "share": "moment"}, episodes=3, concurrency=3)
+    job = job_of(rows((1, 0)), {"cores": 2}, episodes=3, concurrency=3)
     np.testing.assert_allclose(job.sample(np.random.default_rng(0), 2), 1.5, rtol=1e-12)
 
 
 def test_an_engine_wanting_more_than_the_cores_slows_by_their_ratio():
     # 100 tokens at 10 ms alone; the engine wants 3 cores of 2: 1.5 s
-    cpu = {"cores": 2, "share": "moment", "engine_demand": 3}
+    cpu = {"cores": 2, "engine_demand": 3}
     job = job_of(rows((0, 100)), cpu, episodes=1, concurrency=1)
     np.testing.assert_allclose(job.sample(np.random.default_rng(0), 2), 1.5, rtol=1e-12)
 
@@ -92,7 +91,7 @@ def test_an_engine_wanting_more_than_the_cores_slows_by_their_ratio():
 def test_a_decode_and_a_command_halve_one_core_until_the_decode_ends():
     # one core, the engine one thread wanting it all: each at half until the decode (1 s
     # of work) ends at 2 s, when the command has 1 s of its 2 left, alone after: 3 s
-    cpu = {"cores": 1, "share": "moment", "engine_demand": 1, "engine_threads": 1}
+    cpu = {"cores": 1, "engine_demand": 1, "engine_threads": 1}
     job = job_of(rows((0, 100), (2, 0)), cpu, episodes=2, concurrency=2)
     np.testing.assert_allclose(job.sample(np.random.default_rng(0), 2), 3.0, rtol=1e-12)
 
@@ -100,7 +99,7 @@ def test_a_decode_and_a_command_halve_one_core_until_the_decode_ends():
 def test_a_demand_by_batch_is_read_at_the_batch():
     # two sessions decode 100 tokens together at 10 ms a step, the engine wanting 4 cores
     # at batch 2 (1 at batch 1) of 2: half speed, 2 s
-    cpu = {"cores": 2, "share": "moment", "engine_cores": {"batch": [1, 2], "cores": [1, 4]}}
+    cpu = {"cores": 2, "engine_cores": {"batch": [1, 2], "cores": [1, 4]}}
     job = job_of(rows((0, 100)), cpu, episodes=2, concurrency=2)
     np.testing.assert_allclose(job.sample(np.random.default_rng(0), 2), 2.0, rtol=1e-12)
 
@@ -109,7 +108,7 @@ def test_a_demand_by_batch_is_read_at_the_batch():
 def test_with_cores_to_spare_it_is_the_turn_model_without_a_cpu(timeout):
     turns = DRAWN | ({"timeout_s": timeout} if timeout else {})
     plain = job_of(turns, None, episodes=12, concurrency=5, engine=CURVE)
-    spare = job_of(turns, {"cores": 64, "share": "moment", "engine_demand": 1}, episodes=12, concurrency=5,
+    spare = job_of(turns, {"cores": 64, "engine_demand": 1}, episodes=12, concurrency=5,
                    engine=CURVE)  # fmt: skip
     a, b = (j.sample(np.random.default_rng(3), 70) for j in (plain, spare))
     np.testing.assert_allclose(b, a, rtol=1e-9)
@@ -117,7 +116,7 @@ def test_with_cores_to_spare_it_is_the_turn_model_without_a_cpu(timeout):
 
 def test_a_tight_cpu_slows_every_job():
     plain = job_of(DRAWN, None, episodes=12, concurrency=5, engine=CURVE)
-    tight = job_of(DRAWN, {"cores": 2, "share": "moment"}, episodes=12, concurrency=5,
+    tight = job_of(DRAWN, {"cores": 2}, episodes=12, concurrency=5,
                    engine=CURVE)  # fmt: skip
     a, b = (j.sample(np.random.default_rng(3), 70) for j in (plain, tight))
     assert np.all(b > a)
@@ -125,7 +124,7 @@ def test_a_tight_cpu_slows_every_job():
 
 def test_compiled_and_plain_python_give_the_same_jobs_to_the_bit(monkeypatch):
     pytest.importorskip("numba")
-    cpu = {"cores": 1.5, "share": "moment", "engine_cores": {"batch": [1, 4], "cores": [1, 1.6]}}
+    cpu = {"cores": 1.5, "engine_cores": {"batch": [1, 4], "cores": [1, 1.6]}}
     runs = []
     for plain in ("0", "1"):
         monkeypatch.setenv("STALENESS_SIM_NO_NUMBA", plain)
@@ -137,25 +136,24 @@ def test_compiled_and_plain_python_give_the_same_jobs_to_the_bit(monkeypatch):
 @pytest.mark.parametrize(
     "cpu, field",
     [
-        ({"cores": 2, "engine_threads": 2}, "engine_threads goes with share: moment"),
+        ({"cores": 0}, "cores"),
         (
-            {"cores": 2, "share": "moment", "engine_cores": {"batch": [4, 1], "cores": [1, 2]}},
+            {"cores": 2, "engine_cores": {"batch": [4, 1], "cores": [1, 2]}},
             "batch must increase",
         ),  # fmt: skip
         (
-            {"cores": 2, "share": "moment", "engine_cores": {"batch": [1], "cores": [1, 2]}},
+            {"cores": 2, "engine_cores": {"batch": [1], "cores": [1, 2]}},
             "batch has 1 values",
         ),  # fmt: skip
         (
             {
                 "cores": 2,
-                "share": "moment",
                 "engine_demand": 1,
                 "engine_cores": {"batch": [1], "cores": [1]},
             },
             "not both",
         ),  # fmt: skip
-        ({"cores": 2, "share": "moments"}, "share"),
+        ({"cores": 2, "share": "job"}, "share"),  # one model of sharing: no choice
     ],
 )
 def test_bad_cpu_settings_are_named(cpu, field):
@@ -165,7 +163,7 @@ def test_bad_cpu_settings_are_named(cpu, field):
 
 def test_a_chunk_split_across_threads_gives_the_same_jobs_to_the_bit(monkeypatch):
     pytest.importorskip("numba")
-    cpu = {"cores": 1.5, "share": "moment", "engine_cores": {"batch": [1, 4], "cores": [1, 1.6]}}
+    cpu = {"cores": 1.5, "engine_cores": {"batch": [1, 4], "cores": [1, 1.6]}}
     runs = []
     for threads in ("1", "2", "5"):
         monkeypatch.setenv("STALENESS_SIM_THREADS", threads)

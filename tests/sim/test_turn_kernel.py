@@ -1,9 +1,10 @@
-"""The turn model's compiled steps (numba, ``staleness_sim/durations/turn_kernel.py``) against
-its numpy steps: the same jobs, to the bit, from the same seed, on every form of the model
-(flat and sloped curves with context and prefill costs, beyond the curve, a roofline, drawn
-parts, tables resampled, cycled and by measured job, timeouts, more sessions than
-episodes). The two are separate implementations of one step; the draws between the halves
-are made once, by the caller, so any difference in either half shows here."""
+"""The turn model's event loops (``staleness_sim/durations/turn_kernel.py``, and with a shared
+CPU ``moment_kernel.py``) compiled by numba against the same source run as plain Python:
+the same jobs, to the bit, from the same seed, on every form of the model (flat and
+sloped curves with context and prefill costs, beyond the curve, a roofline, drawn parts,
+tables resampled, cycled and by measured job, timeouts, more sessions than episodes, a
+shared CPU). What the loops compute is checked against independent references in
+``test_turns.py`` and ``test_moment_kernel.py``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from staleness_sim.cohort.config import validate_cohort
 from staleness_sim.cohort.engine import DurationStream
 from staleness_sim.durations import Engine, EngineSpec, make_job
-from staleness_sim.durations.turn_kernel import compiled_jobs
+from staleness_sim.durations.turn_kernel import plain
 from staleness_sim.durations.turns import TurnJob
 
 pytest.importorskip("numba")
@@ -94,7 +95,7 @@ CASES = {
     "a shared CPU, timeout": (
         24,
         8,
-        {"table": _table(job=[k % 5 for k in range(40)]), "timeout_s": 20},
+        {"table": _table(job=[k % 5 for k in range(40)]), "timeout_s": 60},
         {"curve": CURVE, "prefill_s_per_token": 1e-5},
         {"cores": 1.5, "engine_demand": 0.7},
     ),
@@ -109,8 +110,8 @@ def _model(spec):
     return make_job(validate_cohort({**base, "job": job}).job)
 
 
-def _durations(spec, monkeypatch, numpy: bool) -> np.ndarray:
-    monkeypatch.setenv("STALENESS_SIM_NO_NUMBA", "1" if numpy else "0")
+def _durations(spec, monkeypatch, python: bool) -> np.ndarray:
+    monkeypatch.setenv("STALENESS_SIM_NO_NUMBA", "1" if python else "0")
     model = _model(spec)
     rng = np.random.default_rng(7)
     # several blocks: simulated ahead at 16 times what is asked, then one past that
@@ -118,18 +119,17 @@ def _durations(spec, monkeypatch, numpy: bool) -> np.ndarray:
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_compiled_steps_give_the_numpy_steps_jobs_to_the_bit(case, monkeypatch):
-    by_numpy = _durations(CASES[case], monkeypatch, numpy=True)
-    compiled = _durations(CASES[case], monkeypatch, numpy=False)
-    assert len(by_numpy) == 354 and np.all(by_numpy > 0)
-    np.testing.assert_array_equal(compiled, by_numpy)
+def test_compiled_and_plain_python_give_the_same_jobs_to_the_bit(case, monkeypatch):
+    by_python = _durations(CASES[case], monkeypatch, python=True)
+    compiled = _durations(CASES[case], monkeypatch, python=False)
+    assert len(by_python) == 354 and np.all(by_python > 0)
+    np.testing.assert_array_equal(compiled, by_python)
 
 
-def test_the_environment_variable_forces_the_numpy_steps(monkeypatch):
-    engine = Engine(EngineSpec.model_validate({"curve": CURVE}))
-    assert compiled_jobs(engine, 4, np.inf, 2) is not None
+def test_the_environment_variable_forces_plain_python(monkeypatch):
+    assert not plain()
     monkeypatch.setenv("STALENESS_SIM_NO_NUMBA", "1")
-    assert compiled_jobs(engine, 4, np.inf, 2) is None
+    assert plain()
 
 
 @pytest.mark.parametrize(
@@ -150,12 +150,12 @@ def test_the_step_terms_give_step_s_exactly(spec):
         np.testing.assert_array_equal(terms, engine.step_s(batch, np.full(16, context)))
 
 
-@pytest.mark.parametrize("numpy", [False, True], ids=["compiled", "numpy"])
-def test_job_k_of_a_stream_is_the_same_whatever_the_sizes_asked_for(numpy, monkeypatch):
+@pytest.mark.parametrize("python", [False, True], ids=["compiled", "python"])
+def test_job_k_of_a_stream_is_the_same_whatever_the_sizes_asked_for(python, monkeypatch):
     # chunks of 64 jobs are drawn and simulated whatever is asked: one call of 150, calls of
     # 1, 63 and 86, and 150 calls of one give the same 150 jobs
     sizes = ([150], [1, 63, 86], [1] * 150)
-    monkeypatch.setenv("STALENESS_SIM_NO_NUMBA", "1" if numpy else "0")
+    monkeypatch.setenv("STALENESS_SIM_NO_NUMBA", "1" if python else "0")
     model = _model(CASES["curve with context and prefill, start and end"])
     runs = []
     for asked in sizes:
@@ -189,7 +189,7 @@ def test_a_chunk_split_across_threads_gives_the_same_jobs_to_the_bit(case, monke
     runs = []
     for threads in ("1", "2", "3", "7"):
         monkeypatch.setenv("STALENESS_SIM_THREADS", threads)
-        runs.append(_durations(CASES[case], monkeypatch, numpy=False))
+        runs.append(_durations(CASES[case], monkeypatch, python=False))
     assert len(runs[0]) == 354 and np.ptp(runs[0]) > 0  # jobs that differ
     for other in runs[1:]:
         np.testing.assert_array_equal(other, runs[0])
@@ -199,7 +199,7 @@ def test_the_parts_of_a_chunk_run_on_their_own_threads():
     import threading
 
     from staleness_sim.durations.kernel_threads import in_parts
-    from staleness_sim.durations.turn_steps import Episodes
+    from staleness_sim.durations.turn_episodes import Episodes
 
     eps = Episodes.of(np.ones(10), np.arange(10.0), np.zeros(10), *np.ones((3, 10)))
     seen, together = {}, threading.Barrier(3, timeout=30)

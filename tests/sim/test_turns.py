@@ -80,40 +80,6 @@ def test_a_turn_that_joins_midway_slows_the_others_by_the_curves_ratio():
     )
 
 
-def test_a_shared_cpu_slows_a_job_by_its_mean_demand_over_the_cores():
-    # One session: start 1 s, then a turn of 100 tokens at 10 ms (1 s decoding), a 0.5 s
-    # command, a 1.5 s verifier: makespan 4 s, of which 3 s in timed parts and 1 s
-    # decoding. Demand (3 + e * 1) / 4 over the cores, at least 1.
-    one = {
-        "episodes": 1,
-        "concurrency": 1,
-        "turns": {
-            "table": table(
-                turns=[1], reply_tokens=[100], command_s=[0.5], start_s=[1.0], end_s=[1.5]
-            )
-        },
-        "engine": {"curve": CURVE},
-    }
-    assert durations(job_of(one)) == pytest.approx([4.0] * 3, rel=1e-12)
-    for cores, demand, factor in ((0.5, 1.0, 2.0), (0.25, 0.0, 3.0), (1.0, 1.0, 1.0), (4, 1, 1)):
-        job = job_of({**one, "cpu": {"cores": cores, "engine_demand": demand}})
-        assert durations(job) == pytest.approx([4.0 * factor] * 3, rel=1e-12), (cores, demand)
-    # Two sessions, each: a 2 s start, then 100 tokens together at 15 ms (1.5 s), no
-    # command or verifier: makespan 3.5 s; timed 2 x 2 s; decoding 1.5 s. On one core with
-    # the engine wanting 2: demand (4 + 3) / 3.5 = 2, twice as long.
-    two = {
-        "episodes": 2,
-        "concurrency": 2,
-        "turns": {"table": table(turns=[1], reply_tokens=[100], start_s=[2.0])},
-        "engine": {"curve": CURVE},
-        "cpu": {"cores": 1, "engine_demand": 2},
-    }
-    assert durations(job_of(two)) == pytest.approx([7.0] * 3, rel=1e-12)
-    # Sessions in turn (two episodes over one session): demand never adds up across them
-    serial = {**two, "concurrency": 1, "cpu": {"cores": 1, "engine_demand": 1}}
-    assert durations(job_of(serial)) == pytest.approx([2 * 3.0] * 3, rel=1e-12)
-
-
 def test_a_cpu_share_needs_the_turn_model():
     with pytest.raises(ValueError, match="cpu .* needs turns"):
         job_of({"duration": {"dist": "constant", "value": 1}, "cpu": {"cores": 2}})

@@ -181,24 +181,6 @@ def test_a_run_partly_without_per_turn_records_falls_back_to_the_flat_curve():
     assert "flat" in how
 
 
-def test_a_jobs_cpu_slowdown_comes_from_its_own_records():
-    from staleness_sim.durations import CpuShare
-    from staleness_sim.validation.turn_fit import cpu_slowdowns
-
-    eps = synthetic_episodes(0.004, 0.0015)
-    for cores in (0.5, 1.0, 2.0):
-        got = cpu_slowdowns(eps, CpuShare(cores=cores))
-        for job, k in enumerate([1, 2, 3, 4, 2, 1]):
-            # k sessions generate together (the engine busy for the sum of one session's
-            # generations, wanting every core), and each runs three 0.5 s commands
-            gen = sum((10 + 5 * turn + job) * (0.004 + 0.0015 * (k - 1)) for turn in range(3))
-            span = gen + 1.5
-            expected = max(1.0, (k * 1.5 + cores * gen) / span / cores)  # engine: all
-            assert got[job] == pytest.approx(expected, rel=1e-12), (cores, job)
-    with pytest.raises(Exception, match="per-turn records"):
-        cpu_slowdowns(eps.drop(columns=["turn_gen_s"]), CpuShare(cores=1))
-
-
 def test_cores_go_with_the_turn_model_only(capsys):
     assert main(["run", "--from-run", str(G1), "--cores", "2", "--json"]) == 2
     assert "--durations turns" in capsys.readouterr().err

@@ -21,6 +21,7 @@ from staleness_sim.cli import main
 from staleness_sim.config import ConfigError
 from staleness_sim.validation import (
     METRICS,
+    ModelOptions,
     estimate_capacity,
     measured_costs,
     read_run,
@@ -359,7 +360,7 @@ def test_a_g1_run_predicts_the_measured_g2_run_only_with_contention():
     def predicted(**kw) -> float:
         rates = []
         for seed in range(10):
-            sc = scenario_from_run(g1, ["workers=2", f"seed={seed}"], **kw)
+            sc = scenario_from_run(g1, ["workers=2", f"seed={seed}"], ModelOptions(**kw))
             rates.append(summarize(simulate(sc))["results_per_hour"])
         return float(np.mean(rates))
 
@@ -391,6 +392,7 @@ def test_the_names_users_import_stay_on_the_package():
         "split_by_group",
         "tv_distance",
         "model_from_run",
+        "ModelOptions",
         "MeasuredRun",
         "RunModel",
         "Validation",
