@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from staleness_sim.cli_report import add_report, report
 from staleness_sim.config import ConfigError, Scenario, load_scenario
-from staleness_sim.core.trace import Trace, TraceError
+from staleness_sim.core.trace import TraceError
 from staleness_sim.summary import compare_row, run_summary, simulate_scenario, trace_summary
-from staleness_sim.sweeps.report import report_command
 from staleness_sim.sweeps.run import add_sweep_arguments, sweep_command
 from staleness_sim.validation import DURATION_MODELS, VERSION_EFFECT, ModelOptions
 
@@ -352,86 +352,6 @@ def _add_fit(p: argparse.ArgumentParser) -> None:
     _add_set(p)
 
 
-def _fit_learning(args: argparse.Namespace) -> int:
-    from staleness_sim.config import read_yaml, validate, with_overrides
-    from staleness_sim.core.settings import parse_assignment
-    from staleness_sim.learning.fit import fit_effect, read_learning_run, train_rewards
-    from staleness_sim.learning.model import learn
-    from staleness_sim.learning.schedule import schedule_from_trace
-    from staleness_sim.learning.spec import LearningSpec
-
-    if args.seeds < 1:
-        raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
-    overrides = dict(parse_assignment(s) for s in args.sets)
-    measured_rewards = None
-    if args.data.is_dir():
-        bad = [k for k in overrides if not k.startswith("learning.")]
-        if bad:
-            raise ConfigError(f"--set {bad[0]}: a run directory takes only learning.* fields")
-        schedule, curve, es = read_learning_run(args.data)
-        data = with_overrides({"learning": es}, overrides)
-        spec = validate_learning(data.get("learning") or {}, f"{args.data}")
-        updates = pd.read_parquet(args.data / "updates.parquet")
-        if "mean_reward" in updates.columns:
-            measured_rewards = updates["mean_reward"].to_numpy(dtype=float)
-    else:
-        scenario = validate(with_overrides(read_yaml(args.data), overrides), str(args.data))
-        if not isinstance(scenario, Scenario):
-            raise ConfigError(f"{args.data}: --learning fits a cohort scenario")
-        spec = scenario.learning or LearningSpec()
-        episodes = spec.episodes or scenario.job.episodes
-        if episodes is None:
-            raise ConfigError(f"{args.data}: learning.episodes: required (job has no episodes)")
-        schedule = schedule_from_trace(simulate_scenario(scenario), episodes, spec.antithetic)
-        curve = {0: args.endpoints[0], schedule.n_updates: args.endpoints[1]}
-    fit = fit_effect(schedule, curve, spec, seeds=args.seeds)
-    out = fit.to_json()
-    if measured_rewards is not None:  # the training rewards as a check the fit did not use
-        model = np.nanmean(
-            [train_rewards(schedule, learn(schedule, fit.spec, s).rewards) for s in range(2)],
-            axis=0,
-        )
-        k = max(1, len(model) // 4)
-        out["train_reward"] = {
-            "measured_first_quarter": float(np.nanmean(measured_rewards[:k])),
-            "measured_last_quarter": float(np.nanmean(measured_rewards[-k:])),
-            "model_first_quarter": float(np.nanmean(model[:k])),
-            "model_last_quarter": float(np.nanmean(model[-k:])),
-        }
-    if args.json:
-        print(json.dumps(out))
-        return 0
-    print(yaml.safe_dump({"learning": out["learning"]}, sort_keys=False).rstrip())
-    print(f"\nversion  measured  predicted (sd over {fit.seeds} seeds)")
-    for row in out["versions"]:
-        print(f"{row['version']:>7}  {row['measured']:8.3f}  {row['predicted']:9.3f} "
-              f"({row['spread']:.3f})")  # fmt: skip
-    if fit.at_bound:
-        print("\nno gain to fit: effect = 0 (the measured curve does not rise)")
-    if "train_reward" in out:
-        t = out["train_reward"]
-        print(
-            f"\ntraining reward, first / last quarter of updates: measured "
-            f"{t['measured_first_quarter']:.3f} / {t['measured_last_quarter']:.3f}, model "
-            f"{t['model_first_quarter']:.3f} / {t['model_last_quarter']:.3f}"
-        )
-    return 0
-
-
-def validate_learning(data: dict[str, Any], source: str):
-    """A ``learning:`` block alone, validated with the scenario's one-line errors."""
-    from pydantic import ValidationError
-
-    from staleness_sim.core.settings import describe_error
-    from staleness_sim.learning.spec import LearningSpec
-
-    try:
-        return LearningSpec.model_validate(data)
-    except ValidationError as e:
-        where = describe_error(e, data, root=LearningSpec)
-        raise ConfigError(f"{source}: learning.{where}") from None
-
-
 def _fit_turns(args: argparse.Namespace) -> int:
     from staleness_sim.validation import read_run
     from staleness_sim.validation.turn_fit import turn_job
@@ -455,7 +375,9 @@ def _fit(args: argparse.Namespace) -> int:
     from staleness_sim.validation.fitting import fit_durations
 
     if args.learning:
-        return _fit_learning(args)
+        from staleness_sim.cli_learning import fit_learning
+
+        return fit_learning(args)
     if args.sets:
         raise ValueError("--set goes with --learning")
     if args.durations == "turns":
@@ -553,77 +475,6 @@ def _validate(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- report ---------------------------------------------------------------------------
-
-
-def _add_report(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "folder",
-        type=Path,
-        help="a sweep's output folder (results.parquet), or one run: a measured run "
-        "directory or a simulated --out folder (the trace tables)",
-    )
-    p.add_argument("--out", type=Path, help="report folder (default: FOLDER/report)")
-    p.add_argument("--format", choices=("md", "html", "both"), default="both")
-    run = p.add_argument_group("one run")
-    run.add_argument(
-        "--predicted",
-        type=Path,
-        metavar="DIR",
-        help="a simulated trace of the same run (e.g. staleness-sim run --from-run RUN_DIR "
-        "--out DIR): its timeline is drawn beside the measured one",
-    )
-    run.add_argument(
-        "--predict",
-        action="store_true",
-        help="simulate the prediction now (staleness-sim run --from-run FOLDER, defaults)",
-    )
-    run.add_argument(
-        "--window",
-        metavar="START:END",
-        help="the timeline's span in seconds (default: the whole run, or a long run's first "
-        "30 updates)",
-    )
-
-
-def _report(args: argparse.Namespace) -> int:
-    from staleness_sim.run_report import is_trace_folder, write_run_report
-
-    if (args.folder / "results.parquet").exists():
-        if args.predicted or args.predict or args.window:
-            raise ValueError("--predicted, --predict and --window go with a run, not a sweep")
-        return report_command(args)
-    if not is_trace_folder(args.folder):
-        raise ValueError(
-            f"{args.folder}: no results.parquet (a sweep's) and no jobs.parquet (a run's)"
-        )
-    if args.predicted and args.predict:
-        raise ValueError("give --predicted DIR or --predict, not both")
-    predicted = None
-    if args.predicted:
-        predicted = Trace.read(args.predicted)
-    elif args.predict:
-        from staleness_sim.validation import scenario_from_run
-
-        predicted = simulate_scenario(scenario_from_run(args.folder))
-    formats = ("md", "html") if args.format == "both" else (args.format,)
-    paths = write_run_report(args.folder, args.out, predicted, _window(args.window), formats)
-    print(f"report written: {paths[0]}" + (f" (+{len(paths) - 1} files)" if len(paths) > 1 else ""))
-    return 0
-
-
-def _window(text: str | None) -> tuple[float, float] | None:
-    if text is None:
-        return None
-    try:
-        start, end = (float(x) for x in text.split(":"))
-    except ValueError:
-        raise ValueError(f"--window {text}: give START:END in seconds, e.g. 0:600") from None
-    if not 0 <= start < end:
-        raise ValueError(f"--window {text}: needs 0 <= START < END")
-    return start, end
-
-
 def _validate_across(args: argparse.Namespace) -> int:
     from staleness_sim.validation.across import compare_runs
 
@@ -655,8 +506,8 @@ COMMANDS: dict[
     "report": (
         "write a report (Markdown, HTML, PNG figures) of a sweep, or of one run (simulated "
         "or measured: the worker timeline and its figures)",
-        _add_report,
-        _report,
+        add_report,
+        report,
     ),
 }
 
