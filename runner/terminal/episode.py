@@ -47,6 +47,9 @@ class EpisodeConfig:
     # When the task's verifier needs a network it cannot use, run its pytest files with the
     # image's pytest instead (recorded as verifier="offline-pytest").
     offline_verifier: bool = False
+    # How a native task's test files run: "pytest", or "light" (the light verifier's harness
+    # where the file allows it, pytest elsewhere; light_verifier.py)
+    verifier: str = "pytest"
 
 
 @dataclass
@@ -78,7 +81,7 @@ class EpisodeRecord:
     image: str = ""
     # Added for third-party tasks (defaults keep older readers working):
     rewards: dict[str, float] = field(default_factory=dict)  # every named reward
-    verifier: str = ""  # pytest | test.sh | run-tests.sh | offline-pytest
+    verifier: str = ""  # light | pytest | test.sh | run-tests.sh | offline-pytest
     verifier_error: str | None = None  # e.g. "verifier needs network: ..."
     build_notes: list[str] = field(default_factory=list)  # what the build dropped and why
     build_s: float = 0.0
@@ -151,7 +154,7 @@ def run_episode(
         ) as sandbox:
             record.start_s = sandbox.start_s
             if config.check_initial:
-                init = check_initial(sandbox, task)
+                init = check_initial(sandbox, task, verifier=config.verifier)
                 if init is not None:
                     record.initial_ok, record.initial_output = init.passed, init.output
             prepare = getattr(agent, "prepare", None)
@@ -163,7 +166,9 @@ def run_episode(
             elif not stop():
                 sandbox.ensure_running()  # a container the agent stopped is not verified
                 tv = time.perf_counter()
-                result = verify_final(sandbox, task, offline_fallback=config.offline_verifier)
+                result = verify_final(
+                    sandbox, task, offline_fallback=config.offline_verifier, verifier=config.verifier
+                )
                 if result.exit_code < 0:  # the engine could not run it: was it stopping?
                     sandbox.ensure_stopped_is_named()
                 record.verify_s = time.perf_counter() - tv

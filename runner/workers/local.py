@@ -67,6 +67,7 @@ def episode_config(config: RunConfig) -> EpisodeConfig:
         max_turns=config.max_turns,
         command_timeout_s=config.command_timeout_s,
         episode_timeout_s=config.episode_timeout_s,
+        verifier=config.tasks.verifier,
     )
 
 
