@@ -167,7 +167,10 @@ def run_episode(
                 sandbox.ensure_running()  # a container the agent stopped is not verified
                 tv = time.perf_counter()
                 result = verify_final(
-                    sandbox, task, offline_fallback=config.offline_verifier, verifier=config.verifier
+                    sandbox,
+                    task,
+                    offline_fallback=config.offline_verifier,
+                    verifier=config.verifier,
                 )
                 if result.exit_code < 0:  # the engine could not run it: was it stopping?
                     sandbox.ensure_stopped_is_named()

@@ -52,7 +52,9 @@ def why_pytest(test_file):
     except ImportError:  # python < 3.8: no cheap look; let pytest decide
         return "python3 has no importlib.metadata"
     found = entry_points()
-    plugins = found.select(group="pytest11") if hasattr(found, "select") else found.get("pytest11", [])
+    plugins = (
+        found.select(group="pytest11") if hasattr(found, "select") else found.get("pytest11", [])
+    )
     if list(plugins):
         return "a pytest plugin is installed"
     return None
@@ -68,8 +70,8 @@ def run_pytest(test_file, why):
 
 
 def summary(counts, seconds):
-    parts = ["%d %s" % (n, kind) for kind, n in counts if n]
-    return "%s in %.2fs" % (", ".join(parts) or "no tests ran", seconds)
+    parts = [f"{n} {kind}" for kind, n in counts if n]
+    return f"{', '.join(parts) or 'no tests ran'} in {seconds:.2f}s"
 
 
 def main(test_file):
@@ -84,7 +86,7 @@ def main(test_file):
     try:
         module = __import__(name)
     except BaseException:  # noqa: BLE001 - pytest reports any import failure as an error
-        print("ERROR collecting %s" % test_file)
+        print(f"ERROR collecting {test_file}")
         traceback.print_exc(file=sys.stdout)
         print(summary([("error", 1)], time.time() - t0))
         return 2
@@ -102,7 +104,7 @@ def main(test_file):
             raise
         except BaseException:  # noqa: BLE001 - a test's failure, whatever it raised
             failed += 1
-            print("FAILED %s::%s" % (os.path.basename(test_file), key))
+            print(f"FAILED {os.path.basename(test_file)}::{key}")
             traceback.print_exc(file=sys.stdout)
         else:
             passed += 1

@@ -148,9 +148,7 @@ def check_initial(
     if task.layout != "native" or not task.initial_test:
         return None
     timeout = task.limits.verifier_timeout_s
-    return _pytest_in(
-        sandbox, task, "test_initial_state.py", task.initial_test, timeout, verifier
-    )
+    return _pytest_in(sandbox, task, "test_initial_state.py", task.initial_test, timeout, verifier)
 
 
 def verify_final(
@@ -162,9 +160,7 @@ def verify_final(
     if task.layout == "native":
         assert task.final_test is not None
         timeout = task.limits.verifier_timeout_s
-        return _pytest_in(
-            sandbox, task, "test_final_state.py", task.final_test, timeout, verifier
-        )
+        return _pytest_in(sandbox, task, "test_final_state.py", task.final_test, timeout, verifier)
     result = _verify_script(sandbox, task)
     if result.error and result.error.startswith(NEEDS_NETWORK) and offline_fallback:
         offline = verify_offline(sandbox, task)
