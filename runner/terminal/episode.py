@@ -136,21 +136,8 @@ def run_episode(
         built = builder.ensure(task)
         record.image, record.build_s = built.tag, built.seconds
         record.build_notes = list(built.notes)
-        with Sandbox(
-            client,
-            built.tag,
-            task_id=task.task_id,
-            limits=task.limits,
-            config=config.sandbox,
-            user=task.agent_user,
-            workdir=task.workdir,
-            home_tmpfs=task.home_tmpfs,
-            home=task.home,
-            env=task.env,
-            umask=task.umask,
-            verifier_network=verifier_network,
-            pipefail=task.pipefail,
-            capabilities=task.capabilities,
+        with Sandbox.for_task(
+            client, built.tag, task, config.sandbox, verifier_network=verifier_network
         ) as sandbox:
             record.start_s = sandbox.start_s
             if config.check_initial:

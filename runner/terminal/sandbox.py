@@ -24,7 +24,7 @@ from runner.terminal.container_files import disk_usage, tar_archive
 from runner.terminal.errors import SandboxError
 from runner.terminal.output import OUTPUT_LIMIT, OutputCollector
 from runner.terminal.shell import READY_FILE, Shell, ShellDied, restarted_note
-from runner.terminal.task import TaskLimits
+from runner.terminal.task import Task, TaskLimits
 
 # the names this module held before the split, still imported from here
 _Shell = Shell
@@ -130,6 +130,34 @@ class Sandbox:
         self.start_s = 0.0
 
     # --- lifecycle -----------------------------------------------------------------------
+    @classmethod
+    def for_task(
+        cls,
+        client: docker.DockerClient,
+        image: str,
+        task: Task,
+        config: SandboxConfig | None = None,
+        *,
+        verifier_network: bool = False,
+    ) -> Sandbox:
+        """The sandbox an episode of ``task`` runs in (not started)."""
+        return cls(
+            client,
+            image,
+            task_id=task.task_id,
+            limits=task.limits,
+            config=config,
+            user=task.agent_user,
+            workdir=task.workdir,
+            home_tmpfs=task.home_tmpfs,
+            home=task.home,
+            env=task.env,
+            umask=task.umask,
+            verifier_network=verifier_network,
+            pipefail=task.pipefail,
+            capabilities=task.capabilities,
+        )
+
     def __enter__(self) -> Sandbox:
         self.start()
         return self
