@@ -146,6 +146,9 @@ class TasksConfig(_Strict):
     # How native tasks' test files run, in training and evaluation alike: light (the light
     # verifier, equal to pytest on every checked file; pytest where a file needs it) or pytest
     verifier: Literal["light", "pytest"] = "light"
+    # Training episodes reuse a container of the same task after a verified reset
+    # (runner/terminal/reset.py); evaluation never does
+    reuse_containers: bool = False
 
     @model_validator(mode="after")
     def _one_source(self) -> TasksConfig:

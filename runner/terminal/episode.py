@@ -27,6 +27,7 @@ from runner.terminal.protocol import (
     observation,
     parse_action,
 )
+from runner.terminal.reset import SandboxPool
 from runner.terminal.sandbox import Sandbox, SandboxConfig
 from runner.terminal.task import Task
 from runner.terminal.verifier import check_initial, verify_final
@@ -118,11 +119,14 @@ def run_episode(
     builder: ImageBuilder | None = None,
     config: EpisodeConfig | None = None,
     abort: threading.Event | None = None,
+    sandboxes: SandboxPool | None = None,
 ) -> EpisodeRecord:
     """One episode; failures of the task or engine land in ``record.error`` (reward 0).
 
     ``abort`` (besides the process-wide :data:`ABORT`) stops this episode at its next turn,
     unverified, with ``error="aborted"``: a job cancelled by its scheduling policy.
+    ``sandboxes`` (training only) lends a container of the same task that a verified reset
+    brought back to the task's fresh state, and takes it back (runner.terminal.reset).
     """
     config = config or EpisodeConfig()
     stop = _Stop(abort)
@@ -136,9 +140,16 @@ def run_episode(
         built = builder.ensure(task)
         record.image, record.build_s = built.tag, built.seconds
         record.build_notes = list(built.notes)
-        with Sandbox.for_task(
-            client, built.tag, task, config.sandbox, verifier_network=verifier_network
-        ) as sandbox:
+        lease = (
+            sandboxes.lease(
+                client, built.tag, task, config.sandbox, verifier_network=verifier_network
+            )
+            if sandboxes is not None
+            else Sandbox.for_task(
+                client, built.tag, task, config.sandbox, verifier_network=verifier_network
+            )
+        )
+        with lease as sandbox:
             record.start_s = sandbox.start_s
             if config.check_initial:
                 init = check_initial(sandbox, task, verifier=config.verifier)

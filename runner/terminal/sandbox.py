@@ -33,14 +33,15 @@ __all__ = ["Sandbox", "SandboxConfig", "CommandResult", "Shell", "ShellDied", "T
 log = logging.getLogger(__name__)
 
 TIMEOUT_EXIT_CODE = 124  # as GNU timeout reports it
-# PID 1's child: seed the tmpfs home from the image's copy, then idle.
-_MAIN = (
+# Seed the tmpfs home from the image's copy (at start, and by a verified reset: reset.py).
+SEED_HOME = (
     'if [ "$ES_HOME_TMPFS" = 1 ] && [ -d /.es/home-seed ]; then '
     "cp -a /.es/home-seed/. /home/user/; "
     "chown --reference=/.es/home-seed /home/user; chmod --reference=/.es/home-seed /home/user; "
-    'elif [ "$ES_HOME_TMPFS" = 1 ]; then chown user:user /home/user 2>/dev/null; fi; '
-    ": > " + READY_FILE + "; exec sleep infinity"
+    'elif [ "$ES_HOME_TMPFS" = 1 ]; then chown user:user /home/user 2>/dev/null; fi'
 )
+# PID 1's child: seed the home, then idle.
+_MAIN = SEED_HOME + "; : > " + READY_FILE + "; exec sleep infinity"
 
 
 # What runs in an agent's container is whatever a model wrote, often as root (Harbor and
