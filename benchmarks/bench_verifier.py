@@ -1,6 +1,6 @@
 """CPU-seconds per episode with the pytest verifier and the light one, interleaved in one run.
 
-Usage: python benchmarks/bench_verifier.py [--episodes 32] [--rounds 1] [--json OUT]
+Usage: python benchmarks/bench_verifier.py [--episodes 32] [--rounds 1] [--reuse] [--json OUT]
 
 Each episode is a real one of the warm-start model (its commands, recorded by a training
 run: ``tests/terminal/data/recorded_episodes.json``) replayed in a fresh container: start,
@@ -12,7 +12,11 @@ CPU-seconds of an episode, summed over what works for it (Linux, root, cgroup v1
 the container's cgroup (its processes: the agent's commands, pytest or the harness), its
 containerd shim, this process (the docker SDK client) and the daemons (dockerd,
 containerd; shared with anything else using the engine, so noisy where other work runs).
-``verify`` is the container's cgroup CPU during the verifier alone.
+``verify`` is the container's cgroup CPU during the verifier alone. ``--reuse`` adds a third
+arm, the light verifier in containers reused after a verified reset (training episodes with
+``tasks.reuse_containers``): a reused container's episode counts from where the previous
+one's reset left its CPU, through its own reset (the recorded episodes come from ES
+cohorts, so their tasks repeat, as in training).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from runner.terminal.episode import make_client
 from runner.terminal.generator.writer import generate_specs
 from runner.terminal.images import ImageBuilder
 from runner.terminal.loaders import load_native
+from runner.terminal.reset import SandboxPool
 from runner.terminal.sandbox import Sandbox
 from runner.terminal.verifier import verify_final
 
@@ -78,21 +83,30 @@ def self_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def episode(client, tag, task, commands, verifier) -> dict[str, float]:
+def episode(client, tag, task, commands, arm, pool) -> dict[str, float]:
+    """One replayed episode under ``arm`` (pytest, light, or light+reuse through ``pool``)."""
+    verifier = arm.split("+")[0]
     pids = daemons()
     d0, s0, t0 = sum(map(process_cpu, pids)), self_cpu(), time.perf_counter()
-    with Sandbox.for_task(client, tag, task) as sandbox:
+    started = pool.counts["started"] if pool is not None else 0
+    lease = Sandbox.for_task(client, tag, task) if pool is None else pool.lease(client, tag, task)
+    with lease as sandbox:
         init_pid = sandbox.container.attrs["State"]["Pid"]
         shim = int(Path(f"/proc/{init_pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        # a reused container's CPU so far was the episodes' before it (its reset included)
+        reused = pool is not None and pool.counts["started"] == started
+        c0, h0 = (cgroup_cpu(init_pid), process_cpu(shim)) if reused else (0.0, 0.0)
         for command in commands:
             sandbox.run(command, 10)
         v0 = cgroup_cpu(init_pid)
         result = verify_final(sandbox, task, verifier=verifier)
-        container = cgroup_cpu(init_pid)
-        verify = container - v0
-        shim_cpu = process_cpu(shim)
+        verify = cgroup_cpu(init_pid) - v0
+        c1, h1 = cgroup_cpu(init_pid), process_cpu(shim)
+    if pool is not None and Path(f"/proc/{init_pid}").exists():  # kept: count its reset
+        c1, h1 = cgroup_cpu(init_pid), process_cpu(shim)
     assert result.verifier == verifier, result.output[-400:]
     own, daemon = self_cpu() - s0, sum(map(process_cpu, pids)) - d0
+    container, shim_cpu = c1 - c0, h1 - h0
     return {
         "cpu_s": container + shim_cpu + own + daemon,
         "container_s": container,
@@ -101,6 +115,7 @@ def episode(client, tag, task, commands, verifier) -> dict[str, float]:
         "client_s": own,
         "daemons_s": daemon,
         "wall_s": time.perf_counter() - t0,
+        "reused": reused,
         "passed": result.passed,
         "graded": result.graded,
     }
@@ -111,7 +126,14 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=32, help="recorded episodes to replay")
     ap.add_argument("--rounds", type=int, default=1, help="times each episode runs per arm")
     ap.add_argument("--json", type=Path, help="write the per-episode rows here")
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="a third arm: light with containers reused after a verified reset (reset.py)",
+    )
     args = ap.parse_args()
+    arms = ["pytest", "light"] + (["light+reuse"] if args.reuse else [])
+    pool = SandboxPool(max_idle=16) if args.reuse else None
 
     doc = json.loads(RECORDED.read_text())
     specs = dict(generate_specs(doc["tasks"]["n"], doc["tasks"]["seed"]))
@@ -128,37 +150,40 @@ def main() -> None:
         for r in range(args.rounds):
             for i, e in enumerate(chosen):
                 task, tag = tasks[e["task_id"]]
-                order = ("pytest", "light") if (i + r) % 2 == 0 else ("light", "pytest")
-                pair = {v: episode(client, tag, task, e["commands"], v) for v in order}
-                assert (pair["light"]["passed"], pair["light"]["graded"]) == (
-                    pair["pytest"]["passed"],
-                    pair["pytest"]["graded"],
-                ), e["task_id"]
-                for v, row in pair.items():
-                    rows.append({"task_id": e["task_id"], "round": r, "verifier": v, **row})
-    report(rows)
+                k = (i + r) % len(arms)  # each arm first in turn
+                order = arms[k:] + arms[:k]
+                runs = {a: episode(client, tag, task, e["commands"], a, pool) for a in order}
+                verdicts = {(x["passed"], x["graded"]) for x in runs.values()}
+                assert len(verdicts) == 1, (e["task_id"], runs)
+                for a in arms:
+                    rows.append({"task_id": e["task_id"], "round": r, "verifier": a, **runs[a]})
+    if pool is not None:
+        pool.close()
+        print("reuse:", dict(pool.counts))
+    report(rows, arms)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 
 
-def report(rows: list[dict]) -> None:
+def report(rows: list[dict], arms: list[str]) -> None:
     keys = ("cpu_s", "container_s", "verify_s", "shim_s", "client_s", "daemons_s", "wall_s")
     means = {}
-    for v in ("pytest", "light"):
+    for v in arms:
         arm = [r for r in rows if r["verifier"] == v]
         means[v] = {k: statistics.fmean(r[k] for r in arm) for k in keys}
         parts = "  ".join(f"{k} {means[v][k]:.3f}" for k in keys)
-        print(f"{v:>6} ({len(arm)} episodes): {parts}")
-    # the ratio per episode (its two runs are consecutive rows), and its spread
-    by_pair = [{r["verifier"]: r for r in rows[k : k + 2]} for k in range(0, len(rows), 2)]
-    ratios = [p["light"]["cpu_s"] / p["pytest"]["cpu_s"] for p in by_pair]
-    q1, _, q3 = statistics.quantiles(ratios, n=4)
-    light_over_pytest = means["light"]["cpu_s"] / means["pytest"]["cpu_s"]
-    print(
-        f"light / pytest CPU-s per episode: {light_over_pytest:.3f} (per pair: median "
-        f"{statistics.median(ratios):.3f}, quartiles {q1:.3f}-{q3:.3f}); verifier alone: "
-        f"{means['light']['verify_s'] / means['pytest']['verify_s']:.3f}"
-    )
+        print(f"{v:>11} ({len(arm)} episodes): {parts}")
+    # the ratio to pytest per episode (its runs are consecutive rows), and its spread
+    n = len(arms)
+    episodes = [{r["verifier"]: r for r in rows[k : k + n]} for k in range(0, len(rows), n)]
+    for arm in arms[1:]:
+        ratios = [e[arm]["cpu_s"] / e["pytest"]["cpu_s"] for e in episodes]
+        q1, median, q3 = statistics.quantiles(ratios, n=4)
+        print(
+            f"{arm} / pytest CPU-s per episode: {means[arm]['cpu_s'] / means['pytest']['cpu_s']:.3f}"
+            f" (per episode: median {median:.3f}, quartiles {q1:.3f}-{q3:.3f}); verifier alone: "
+            f"{means[arm]['verify_s'] / means['pytest']['verify_s']:.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -206,6 +206,8 @@ class SandboxPool:
             evicted.close()
 
     def close(self) -> None:
+        if self.counts:
+            log.info("training containers: %s", dict(sorted(self.counts.items())))
         with self._lock:
             idle = [s for v in self._idle.values() for s in v]
             self._idle.clear()
