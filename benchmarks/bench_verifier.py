@@ -152,7 +152,10 @@ def main() -> None:
                 task, tag = tasks[e["task_id"]]
                 k = (i + r) % len(arms)  # each arm first in turn
                 order = arms[k:] + arms[:k]
-                runs = {a: episode(client, tag, task, e["commands"], a, pool) for a in order}
+                runs = {
+                    a: episode(client, tag, task, e["commands"], a, pool if "+reuse" in a else None)
+                    for a in order
+                }
                 verdicts = {(x["passed"], x["graded"]) for x in runs.values()}
                 assert len(verdicts) == 1, (e["task_id"], runs)
                 for a in arms:

@@ -10,8 +10,8 @@ the reset proves it is the task's fresh initial state again; anything else remov
 3. a digest of everything a process in the container can change without writing to its
    writable layer (the listing of those folders: path, type, mode, owner, size, link
    target, a regular file's sha256; ``/etc/hosts``, ``/etc/hostname``,
-   ``/etc/resolv.conf``; the System V IPC tables) equals the digest of a fresh container
-   of the task;
+   ``/etc/resolv.conf``; the System V IPC tables), read from the host through the
+   container's root, equals the digest of a fresh container of the task;
 4. the container's writable layer (overlay2's upper directory, read from the host) lists
    exactly what a fresh container's does (the ready file its start writes): so nothing
    of the image's own filesystem was changed, which (3) does not list.
@@ -23,6 +23,7 @@ without reuse. Held-out evaluation never reuses: only training workers hold a po
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import stat
@@ -42,31 +43,9 @@ log = logging.getLogger(__name__)
 
 EMPTIED = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/home/user")
 RESET = f"find {' '.join(EMPTIED)} -mindepth 1 -delete 2>/dev/null; {SEED_HOME}"
-DIGEST = r"""
-import hashlib, os, stat
-h = hashlib.sha256()
-def entry(p):
-    st = os.lstat(p)
-    line = "%s|%o|%o|%d|%d|%d" % (p, stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode),
-                                  st.st_uid, st.st_gid, st.st_size)
-    if stat.S_ISLNK(st.st_mode):
-        line += "|" + os.readlink(p)
-    elif stat.S_ISREG(st.st_mode):
-        with open(p, "rb") as f:
-            line += "|" + hashlib.sha256(f.read()).hexdigest()
-    h.update(line.encode("utf-8", "surrogateescape") + b"\n")
-for top in EMPTIED:
-    entry(top)
-    for root, dirs, files in os.walk(top):
-        dirs.sort()
-        for name in sorted(dirs + files):
-            entry(os.path.join(root, name))
-for name in ("/etc/hosts", "/etc/hostname", "/etc/resolv.conf",
-             "/proc/sysvipc/shm", "/proc/sysvipc/msg", "/proc/sysvipc/sem"):
-    with open(name, "rb") as f:
-        h.update(name.encode() + b"\0" + f.read())
-print(h.hexdigest())
-""".replace("EMPTIED", repr(EMPTIED))
+# what a process in the container can change outside its writable layer, besides EMPTIED
+CONTENTS = ("/etc/hosts", "/etc/hostname", "/etc/resolv.conf", "/proc/sysvipc/shm",
+            "/proc/sysvipc/msg", "/proc/sysvipc/sem")  # fmt: skip
 
 
 def upper_listing(path: str) -> list[tuple]:
@@ -84,8 +63,35 @@ def upper_listing(path: str) -> list[tuple]:
 
 
 def state_digest(sandbox: Sandbox) -> str | None:
-    code, out = sandbox.exec_root(["python3", "-c", DIGEST], timeout=60)
-    return out.strip() if code == 0 and len(out.strip()) == 64 else None
+    """The digest of the container's resettable state, read from the host through its init
+    process's root (the container's own mounts); None where it cannot be read."""
+    root = f"/proc/{sandbox.container.attrs['State']['Pid']}/root"
+    h = hashlib.sha256()
+
+    def entry(path: str) -> None:
+        st = os.lstat(root + path)
+        line = f"{path}|{stat.S_IFMT(st.st_mode):o}|{stat.S_IMODE(st.st_mode):o}|{st.st_uid}|"
+        line += f"{st.st_gid}|{st.st_size}"
+        if stat.S_ISLNK(st.st_mode):
+            line += "|" + os.readlink(root + path)
+        elif stat.S_ISREG(st.st_mode):
+            with open(root + path, "rb") as f:
+                line += "|" + hashlib.file_digest(f, "sha256").hexdigest()
+        h.update(line.encode("utf-8", "surrogateescape") + b"\n")
+
+    try:
+        for top in EMPTIED:
+            entry(top)
+            for folder, dirs, files in os.walk(root + top):
+                dirs.sort()
+                for name in sorted(dirs + files):
+                    entry(os.path.join(folder, name)[len(root) :])
+        for name in CONTENTS:
+            with open(root + name, "rb") as f:
+                h.update(name.encode() + b"\0" + f.read())
+    except OSError:
+        return None
+    return h.hexdigest()
 
 
 def reusable(sandbox: Sandbox, task: Task) -> str | None:

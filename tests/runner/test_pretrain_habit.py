@@ -66,16 +66,15 @@ def test_the_habit_is_in_its_share_of_the_demonstrations(generated, tmp_path):
 
 
 def test_continued_pretraining_from_the_warm_start_with_the_habit(generated, tmp_path):
-    def pretrain(out, steps):
-        done = cli(
-            "model", "pretrain", str(out), "--from", str(WARM), "--task-dir", str(generated),
-            "--habit", "comment", "--habit-share", "0.25", "--steps", str(steps),
-            "--batch-size", "4", "--no-progress",
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr[-2000:]
-        return json.loads((out / "pretrain.json").read_text())
+    from runner.models.pretrain import PretrainConfig, pretrain_model
 
-    zero = pretrain(tmp_path / "zero", 0)
+    def in_process(out, steps):
+        cfg = PretrainConfig(
+            steps=steps, batch_size=4, init_from=str(WARM), habit="comment", habit_share=0.25
+        )
+        return pretrain_model(out, cfg, task_dir=generated)
+
+    zero = in_process(tmp_path / "zero", 0)
     # no step: the warm start itself, its weights and its tokenizer
     assert zero["data"]["from"] == {"dir": str(WARM), "weights_hash": COMMITTED}
     assert zero["result"]["weights_hash"] == COMMITTED
@@ -86,8 +85,15 @@ def test_continued_pretraining_from_the_warm_start_with_the_habit(generated, tmp
     habit = zero["data"]["habit"]
     assert habit["name"] == "comment" and len(habit["task_ids"]) == round(0.25 * 40)
     assert zero["config"]["init_from"] == str(WARM) and zero["config"]["habit_share"] == 0.25
-    # two steps move it, and the same command gives the same weights
-    a, b = pretrain(tmp_path / "a", 2), pretrain(tmp_path / "b", 2)
+    # two steps move it, and the command gives the same weights as the same settings did
+    done = cli(
+        "model", "pretrain", str(tmp_path / "a"), "--from", str(WARM), "--task-dir",
+        str(generated), "--habit", "comment", "--habit-share", "0.25", "--steps", "2",
+        "--batch-size", "4", "--no-progress",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    a = json.loads((tmp_path / "a" / "pretrain.json").read_text())
+    b = in_process(tmp_path / "b", 2)
     assert a["result"]["weights_hash"] != COMMITTED
     assert a["result"]["weights_hash"] == b["result"]["weights_hash"]
 
