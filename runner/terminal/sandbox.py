@@ -1,9 +1,9 @@
 """One Docker container per episode with a persistent bash session for the agent.
 
 The session and its command protocol are :mod:`runner.terminal.shell`; the files going
-in and the bytes the agent wrote, :mod:`runner.terminal.container_files`. On timeout the command's processes are killed
-(see :mod:`runner.terminal.procs`); if the shell itself is stuck (a builtin loop) or has
-exited, a new shell is started and the observation says so.
+in and the bytes the agent wrote, :mod:`runner.terminal.container_files`. On timeout the
+command's processes are killed (see :mod:`runner.terminal.procs`); if the shell itself is
+stuck (a builtin loop) or has exited, a new shell is started and the observation says so.
 """
 
 from __future__ import annotations
