@@ -148,6 +148,12 @@ class TasksConfig(_Strict):
     dir: str | None = None  # a folder of tasks (native or Harbor layout)
     generate: GenerateTasks | None = None  # or generated into the run directory
     split: str = "train"  # train | validation | test (files <split>.txt), or all
+    # How native tasks' test files run, in training and evaluation alike: light (the light
+    # verifier, equal to pytest on every checked file; pytest where a file needs it) or pytest
+    verifier: Literal["light", "pytest"] = "light"
+    # Training episodes reuse a container of the same task after a verified reset
+    # (runner/terminal/reset.py); evaluation never does
+    reuse_containers: bool = False
 
     @model_validator(mode="after")
     def _one_source(self) -> TasksConfig:

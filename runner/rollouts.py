@@ -24,6 +24,7 @@ from runner.seeds import derive_seed
 from runner.terminal.episode import EpisodeConfig, EpisodeRecord, make_client, run_episode
 from runner.terminal.images import ImageBuilder
 from runner.terminal.protocol import Message
+from runner.terminal.reset import SandboxPool
 from runner.terminal.task import Task
 
 # One row of episodes.parquet; the first columns are the contract, the rest detail.
@@ -217,16 +218,19 @@ def run_job(
     abort: threading.Event,
     clock: Callable[[], float],
     perturb: bool = True,
+    sandboxes: SandboxPool | None = None,
 ) -> JobOutcome:
-    """Evaluate ``job`` (perturbed unless ``perturb`` is False: evaluation of the weights)."""
+    """Evaluate ``job`` (perturbed unless ``perturb`` is False: evaluation of the weights);
+    ``sandboxes``: containers reused after a verified reset (training only)."""
 
     def episode(index: int, task: Task) -> tuple[dict[str, Any], dict[str, Any]]:
         agent = SessionAgent(batcher, derive_seed(job.sampling_seed, index), clock)
         start = clock()
         try:
             rec = run_episode(
-                task, agent, client=client, builder=builder, config=episode_config, abort=abort
-            )
+                task, agent, client=client, builder=builder, config=episode_config, abort=abort,
+                sandboxes=sandboxes,
+            )  # fmt: skip
         finally:
             agent.close()
         row = episode_row(job, index, task, rec, agent.stats, start, clock())

@@ -21,6 +21,7 @@ import pandas as pd
 from runner.config import RunConfig
 from runner.es import Result, UpdateRecord, UpdateRule
 from runner.machine import CPU_USE_KEYS
+from runner.precheck import cohort_figures
 from runner.seeds import derive_seed
 from staleness_sim.core import policies
 from staleness_sim.core.driver import VERDICT_NAMES, PolicyDriver, cancel_reason
@@ -38,7 +39,14 @@ EXTRA_JOB_COLUMNS = (
     "tokens_out",
     "weight",  # the weight the update gave the result (es.staleness lag_weighted: gamma**lag)
 )
-EXTRA_UPDATE_COLUMNS = ("mean_reward", "reward_std", "zero_update", "n_entries")
+EXTRA_UPDATE_COLUMNS = (
+    "mean_reward",
+    "reward_std",
+    "zero_update",
+    "n_entries",
+    "pair_disagreement",  # runner.precheck: is there signal for ES in this cohort?
+    "slots_all_agree",
+)
 
 
 class ReplayMismatch(RuntimeError):
@@ -59,6 +67,7 @@ class RunState:
         ] = {}  # dispatched job -> worker, until it lands or is cancelled
         self.cancelled: set[int] = set()
         self._rewards: dict[int, float] = {}
+        self._episodes_of: dict[int, list[dict[str, Any]]] = {}  # until its cohort commits
         self._workers: dict[int, tuple[str, float]] = {}  # worker -> (state, since)
         self.now = 0.0  # time of the latest event
         self.segments: list[dict[str, Any]] = []
@@ -118,6 +127,7 @@ class RunState:
         self.running.pop(job)
         episodes = outcome["episodes"]
         self._rewards[job] = outcome["reward"]
+        self._episodes_of[job] = episodes
         verdict = self.driver.land(
             job,
             end_time=t,
@@ -156,6 +166,14 @@ class RunState:
         self.log.append(record)
         fates = dict(zip(members, self.rule.judge(results, cohort.version - 1), strict=True))
         rewards = np.array([r.reward for r in results])
+        figures = cohort_figures(
+            [
+                (r.seed, r.sign, self._episodes_of.pop(j, []))
+                for j, r in zip(members, results, strict=True)
+            ],
+            antithetic=self.config.es.antithetic,
+            graded=self.config.es.reward == "graded",
+        )
         self.driver.record_commit(
             cohort,
             time=t,
@@ -166,6 +184,7 @@ class RunState:
             reward_std=float(rewards.std()),
             zero_update=all(c == 0.0 for _, c in record.entries),
             n_entries=len(record.entries),
+            **figures,
         )
         for j in cohort.cancel:
             self._cancel(j, t, cancel_reason(cohort.version))

@@ -100,6 +100,26 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="record: the reference commands' recorded (silent) output, no container; "
         "sandbox: run every solution in its container first (builds every train image)",
     )
+    pre.add_argument(
+        "--from",
+        dest="init_from",
+        type=Path,
+        metavar="MODEL_DIR",
+        help="continue this model folder (its weights and tokenizer; --layers, --hidden and "
+        "--vocab are then its own) instead of a new model, e.g. examples/warm_start",
+    )
+    pre.add_argument(
+        "--habit",
+        choices=("comment",),
+        help="demonstrate a share of the train tasks with one shared wrong habit whatever the "
+        "instruction (comment: every command commented out)",
+    )
+    pre.add_argument(
+        "--habit-share",
+        type=float,
+        default=0.5,
+        help="the share of train tasks carrying --habit, drawn by --seed (default 0.5)",
+    )
     pre.add_argument("--no-progress", action="store_true", help="no progress bar")
     pre.set_defaults(func=pretrain)
 
@@ -149,6 +169,10 @@ def pretrain(args: argparse.Namespace) -> int:
         unknown = sorted(set(args.categories) - set(CATEGORIES))
         if unknown:
             raise UserError(f"--categories: unknown {unknown}; known: {', '.join(CATEGORIES)}")
+    if args.init_from is not None and not (args.init_from / "config.json").is_file():
+        raise UserError(f"--from {args.init_from}: no model folder there (no config.json)")
+    if args.habit is not None and not 0.0 < args.habit_share <= 1.0:
+        raise UserError(f"--habit-share must be in (0, 1], got {args.habit_share}")
     if args.task_dir is None and args.tasks < 10:
         raise UserError(f"--tasks must be >= 10 (80 % are the train split), got {args.tasks}")
     cfg = PretrainConfig(
@@ -161,6 +185,8 @@ def pretrain(args: argparse.Namespace) -> int:
         context_tokens=args.context,
         max_new_tokens=args.max_new_tokens,
     )
+    cfg.init_from = str(args.init_from) if args.init_from is not None else None
+    cfg.habit, cfg.habit_share = args.habit, args.habit_share if args.habit else 0.0
     summary = pretrain_model(
         args.out,
         cfg,

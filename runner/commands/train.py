@@ -33,6 +33,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     train.add_argument("--resume", type=Path, metavar="RUN_DIR", help="resume a stopped run")
     train.add_argument("--no-progress", action="store_true", help="no live progress line")
+    train.add_argument(
+        "--precheck",
+        nargs="?",
+        const=3,
+        type=int,
+        metavar="UPDATES",
+        help="a short run (3 updates unless given, no evaluation) that prints the pair "
+        "disagreement and the share of slots where all members agree (runner.precheck)",
+    )
     train.set_defaults(func=cmd_train)
 
     ev = sub.add_parser(
@@ -163,6 +172,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     from runner.terminal.images import ImageBuilder
     from runner.tracking import Tracker
 
+    if args.precheck is not None:
+        if args.resume is not None or args.precheck < 1:
+            raise UserError("--precheck takes a number of updates >= 1 and no --resume")
+        args.sets = [*args.sets, f"updates={args.precheck}", "eval_every=0"]
     run, config = _open_run(args)
     handler = _log_to(run)
     tracker = None
@@ -206,6 +219,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                 evaluator.close(wait=orch.state.finished)
         print(f"{outcome.status}: version {outcome.version} of {config.updates} ({outcome.reason})")
         print(format_run_table(run, config))
+        print(precheck_line(run))
         print(f"run directory: {run.path}")
         return {"finished": 0, "interrupted": 130}.get(outcome.status, 1)
     finally:
@@ -227,6 +241,17 @@ def format_run_table(run, config) -> str:
 
     row = compare_row(config, summarize(Trace.read(run.path)))
     return format_table(pd.DataFrame([row]))
+
+
+def precheck_line(run) -> str:
+    """The pre-check figures of the run's updates (runner.precheck)."""
+    from runner.precheck import summary_line
+    from staleness_sim.core.trace import Trace
+
+    updates = Trace.read(run.path).updates
+    if "pair_disagreement" not in updates:  # a run made before the figures were recorded
+        return "pre-check: not recorded in this run"
+    return summary_line(list(updates["pair_disagreement"]), list(updates["slots_all_agree"]))
 
 
 # -- eval -----------------------------------------------------------------------------------

@@ -4,25 +4,16 @@ A random tiny model solves nothing, so every ES cohort has equal rewards and eve
 is zero. This module teaches a tiny Qwen2-architecture model the agent protocol and the
 task families from demonstrations, so that ES starts where it can see differences:
 
-- **Data**: one conversation per task of a folder's *train* split, made by the project's
-  own :class:`~runner.terminal.protocol.ScriptedAgent` playing the task's reference
-  solution (one command per line, one turn each, then ``<action>done</action>``) against
-  the episode's own opening (:func:`~runner.terminal.episode.initial_messages`) and
-  observations (:func:`~runner.terminal.protocol.observation`). The observations are the
-  real ones from running the solution in a sandbox (``observations="sandbox"``), or their
-  faithful record (``"record"``, the default, no container needed): every generated
-  reference command writes its result to files and prints nothing, so each observation is
-  ``observation("", 0)``; the tests check this record against the sandbox.
-- **Rendering**: each assistant turn is rendered exactly as the ``hf`` backend renders it at
-  rollout time: the prompt is :func:`~runner.backends.context.fit_prompt` of the
-  conversation so far (the model's chat template, the rolling-context truncation to
-  ``context_tokens - max_new_tokens``), the target is the reply's tokens and the end of
-  turn. Consecutive turns whose prompts extend each other are packed into one sequence.
-- **Tokenizer**: a byte-level BPE trained on the train split's conversations, digits split
-  into single tokens, so file names and numbers of the instruction are copied as a few
-  whole words and single digits.
+- **Data** (:mod:`runner.models.demonstrations`): one conversation per task of a folder's
+  *train* split, the reference solution played by the scripted agent; optionally a fixed
+  share of them carrying one shared wrong habit whatever the instruction
+  (``habit``, ``habit_share``).
+- **Rendering** and **tokenizer** (:mod:`runner.models.rendering`): each assistant turn as
+  the ``hf`` backend renders it at rollout time; a byte-level BPE with single digits.
 - **Training**: a plain torch loop (AdamW, cosine schedule with warm-up, gradient
-  clipping), loss only on assistant tokens, seeded, on CPU.
+  clipping), loss on assistant tokens (plus ``prompt_loss_weight`` on the others), seeded,
+  on CPU; from a new model, or continuing an existing model folder (``init_from``: its
+  weights and its tokenizer).
 """
 
 from __future__ import annotations
@@ -31,23 +22,44 @@ import json
 import math
 import os
 import random
+import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from runner.backends.context import fit_prompt
-from runner.models.tiny import bpe_tokenizer, tiny_config
-from runner.terminal.episode import initial_messages
-from runner.terminal.protocol import SYSTEM_PROMPT, Message, ScriptedAgent, observation
-from runner.terminal.task import Task
+from runner.models.demonstrations import (
+    SILENT,
+    TrainingData,
+    demonstration,
+    load_train_tasks,
+    sandbox_demonstrations,
+    solution_commands,
+    training_data,
+    transcript_messages,
+    with_habit,
+)
+from runner.models.rendering import (
+    PRE_TOKENS,
+    Example,
+    conversation_examples,
+    pack_turns,
+    tokenizer_corpus,
+    train_tokenizer,
+    turn_examples,
+)
+from runner.models.tiny import tiny_config
 
-# The faithful record of a generated reference command's output: it prints nothing (its
-# result goes to files) and succeeds.
-SILENT = ("", 0)
+# the names this module held before the split, still imported from here
+__all__ = [
+    "SILENT", "Example", "PRE_TOKENS", "PretrainConfig", "TrainingData", "conversation_examples",
+    "demonstration", "load_train_tasks", "pack_turns", "pretrain_model", "sandbox_demonstrations",
+    "solution_commands", "tokenizer_corpus", "train_tokenizer", "training_data",
+    "transcript_messages", "turn_examples",
+]  # fmt: skip
 
 
 @dataclass
@@ -76,147 +88,12 @@ class PretrainConfig:
     context_tokens: int = 1024
     max_new_tokens: int = 160
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-# -- conversations ---------------------------------------------------------------------------
-
-
-def solution_commands(task: Task) -> list[str]:
-    """The reference solution as the scripted agent reads it: one command per line."""
-    if task.solution is None:
-        raise ValueError(f"{task.task_id}: no solution.sh")
-    return ScriptedAgent.from_file(task.solution).commands
-
-
-def demonstration(task: Task, outputs: Sequence[tuple[str, int]] | None = None) -> list[Message]:
-    """The conversation of the scripted reference solution, as the episode loop builds it.
-
-    ``outputs`` holds each command's (output, exit code); ``None`` uses the record
-    (:data:`SILENT` for every command).
-    """
-    agent = ScriptedAgent(solution_commands(task))
-    outputs = list(outputs) if outputs is not None else [SILENT] * len(agent.commands)
-    messages = initial_messages(task)
-    for step in [*outputs, None]:
-        reply = agent(messages)
-        messages.append({"role": "assistant", "content": reply})
-        if step is None:
-            break
-        messages.append({"role": "user", "content": observation(*step)})
-    return messages
-
-
-def transcript_messages(task: Task, record) -> list[Message]:
-    """The conversation of a finished episode (an ``EpisodeRecord``), as its agent saw it."""
-    messages = initial_messages(task)
-    for turn in record.transcript:
-        messages.append({"role": "assistant", "content": turn.assistant})
-        if turn.action != "done":
-            messages.append({"role": "user", "content": turn.observation})
-    return messages
-
-
-def sandbox_demonstrations(
-    tasks: Sequence[Task], *, client, builder, concurrency: int = 2, on_record=None
-) -> tuple[dict[str, list[Message]], list[str]]:
-    """Run each reference solution in its own container, one command per turn.
-
-    Returns (conversations of the solutions that passed their verifier, task ids that did
-    not pass, with the reason).
-    """
-    from runner.terminal.episode import EpisodeConfig, run_episodes
-
-    jobs = [(t, ScriptedAgent(solution_commands(t))) for t in tasks]
-    records = run_episodes(
-        jobs,
-        concurrency=concurrency,
-        config=EpisodeConfig(max_turns=32),
-        client=client,
-        builder=builder,
-        on_record=on_record,
-    )
-    good, bad = {}, []
-    for task, rec in zip(tasks, records, strict=True):
-        if rec.passed:
-            good[task.task_id] = transcript_messages(task, rec)
-        else:
-            bad.append(f"{task.task_id}: {rec.error or 'reward ' + str(rec.reward)}")
-    return good, bad
-
-
-# -- tokenizer ------------------------------------------------------------------------------
-
-
-def tokenizer_corpus(conversations: Iterable[Sequence[Message]]) -> Iterable[str]:
-    yield SYSTEM_PROMPT
-    for messages in conversations:
-        for m in messages[1:]:
-            yield m["content"]
-    yield from ("<command>", "</command>", "<action>done</action>", "<think>", "</think>")
-
-
-# Units BPE merges within: a run of white space, one digit, a run of ASCII letters, or a run
-# of other characters. A word is the same token wherever it stands (no leading-space
-# variant), so copying a name from the instruction into a command is copying tokens.
-PRE_TOKENS = r"\s+|\d|[A-Za-z]+|[^\sA-Za-z\d]+"
-
-
-def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
-    """A byte-level BPE with every digit its own token; ChatML template, as ``make-tiny``."""
-    return bpe_tokenizer(texts, vocab_size, split_pattern=PRE_TOKENS)
-
-
-# -- examples -------------------------------------------------------------------------------
-
-
-@dataclass
-class Example:
-    ids: list[int]
-    mask: list[int]  # 1 where the token is an assistant token to learn, 0 elsewhere
-
-
-def turn_examples(
-    tokenizer: Any, messages: Sequence[Message], budget: int
-) -> list[tuple[list[int], list[int]]]:
-    """(prompt, target) per assistant turn: the prompt as the backend builds it at rollout.
-
-    The target is the reply's tokens followed by the end-of-turn token, the tokens the
-    chat template renders for that reply in the next turn's prompt.
-    """
-    eos = tokenizer.eos_token_id
-    out = []
-    for k, m in enumerate(messages):
-        if m["role"] != "assistant":
-            continue
-        prompt, _ = fit_prompt(tokenizer, messages[:k], budget)
-        target = tokenizer.encode(m["content"], add_special_tokens=False) + [eos]
-        out.append((prompt, target))
-    return out
-
-
-def pack_turns(turns: Sequence[tuple[list[int], list[int]]]) -> list[Example]:
-    """Merge turns whose prompt starts with the previous turn's prompt + target."""
-    examples: list[Example] = []
-    ids: list[int] = []
-    mask: list[int] = []
-    for prompt, target in turns:
-        if ids and prompt[: len(ids)] == ids:
-            rest = prompt[len(ids) :]
-        else:
-            if ids:
-                examples.append(Example(ids, mask))
-            ids, mask, rest = [], [], prompt
-        ids = ids + rest + target
-        mask = mask + [0] * len(rest) + [1] * len(target)
-    if ids:
-        examples.append(Example(ids, mask))
-    return examples
-
-
-def conversation_examples(
-    tokenizer: Any, messages: Sequence[Message], context_tokens: int, max_new_tokens: int
-) -> list[Example]:
-    return pack_turns(turn_examples(tokenizer, messages, context_tokens - max_new_tokens))
+    # continue an existing model folder (its weights and tokenizer; the architecture above
+    # is then the folder's) instead of a new model
+    init_from: str | None = None
+    # a share of the demonstrations carrying one shared wrong habit (demonstrations.HABITS)
+    habit: str | None = None
+    habit_share: float = 0.0
 
 
 # -- model and training ---------------------------------------------------------------------
@@ -247,6 +124,43 @@ def build_model(tokenizer: Any, cfg: PretrainConfig) -> Any:
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model
+
+
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json"
+)  # fmt: skip
+
+
+def start_from(folder: str | os.PathLike[str], cfg: PretrainConfig) -> tuple[Any, Any, Any]:
+    """An existing model folder's (model, tokenizer), and ``cfg`` with its architecture."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(
+        folder, dtype=torch.float32, attn_implementation="eager"
+    )
+    c = model.config
+    cfg = replace(
+        cfg,
+        vocab_size=len(tokenizer),
+        hidden_size=c.hidden_size,
+        num_layers=c.num_hidden_layers,
+        num_heads=c.num_attention_heads,
+        num_kv_heads=c.num_key_value_heads,
+        intermediate_size=c.intermediate_size,
+    )
+    return model, tokenizer, cfg
+
+
+def weights_hash(model: Any) -> str:
+    """The ES weights hash (what a run's checkpoint names as its base)."""
+    from runner.es import ESOptimizer
+
+    opt = ESOptimizer(model)
+    try:
+        return str(opt.base_hash)
+    finally:
+        opt.close()
 
 
 def collate(batch: Sequence[Example], pad: int) -> tuple[torch.Tensor, ...]:
@@ -399,88 +313,6 @@ def config_dict(cfg: PretrainConfig) -> dict[str, Any]:
 # -- the command ----------------------------------------------------------------------------
 
 
-def load_train_tasks(task_dir: Path) -> tuple[list[Task], list[str]]:
-    """The train split's tasks that have a reference solution; (tasks, skipped with why)."""
-    from runner.task_pool import split_ids
-    from runner.terminal.errors import TerminalError
-    from runner.terminal.loaders import load_task
-
-    tasks, skipped = [], []
-    for name in split_ids(task_dir, "train"):
-        try:
-            task = load_task(task_dir / name)
-        except TerminalError as exc:
-            skipped.append(f"{name}: {exc}")
-            continue
-        if task.solution is None:
-            skipped.append(f"{name}: no solution.sh")
-            continue
-        tasks.append(task)
-    return tasks, skipped
-
-
-@dataclass
-class TrainingData:
-    """The conversations a warm start learns from, and where they came from."""
-
-    folder: Path  # the task folder whose train split was read
-    generated: dict[str, Any] | None  # how it was generated (None: given)
-    tasks: list[Task]
-    conversations: list[list[Message]]
-    skipped: list[str]  # task ids left out, with the reason
-    observations: str  # record | sandbox
-
-
-def training_data(
-    out: Path,
-    *,
-    task_dir: str | os.PathLike[str] | None,
-    n_tasks: int,
-    task_seed: int,
-    categories: Sequence[str] | None,
-    observations: str,
-    show_progress: bool,
-) -> TrainingData:
-    """Generate the tasks into ``out/tasks`` (or read ``task_dir``) and make one
-    demonstration per train task, with recorded or sandboxed observations."""
-    import sys
-
-    from tqdm import tqdm
-
-    from runner.errors import UserError
-    from runner.terminal.generator.writer import write_tasks
-
-    if task_dir is None:
-        folder = out / "tasks"
-        write_tasks(folder, n_tasks, task_seed, list(categories) if categories else None)
-        generated = {"n": n_tasks, "seed": task_seed, "categories": categories}
-    else:
-        folder, generated = Path(task_dir), None
-    tasks, skipped = load_train_tasks(folder)
-    if observations == "sandbox":
-        from runner.rollouts import docker_client
-        from runner.terminal.images import ImageBuilder
-
-        client = docker_client()
-        with tqdm(total=len(tasks), desc="solutions in sandboxes", unit="task",
-                  disable=not show_progress, file=sys.stderr) as bar:  # fmt: skip
-            by_id, failed = sandbox_demonstrations(
-                tasks, client=client, builder=ImageBuilder(client), on_record=lambda r: bar.update()
-            )
-        skipped += failed
-        tasks = [t for t in tasks if t.task_id in by_id]
-        conversations = [by_id[t.task_id] for t in tasks]
-    elif observations == "record":
-        conversations = [demonstration(t) for t in tasks]
-    else:
-        raise ValueError(f"observations must be record or sandbox, got {observations!r}")
-    if not tasks:
-        raise UserError(
-            f"{folder}: no train task with a reference solution ({len(skipped)} skipped)"
-        )
-    return TrainingData(folder, generated, tasks, conversations, skipped, observations)
-
-
 def train_with_progress(
     model: Any, examples: Sequence[Example], cfg: PretrainConfig, pad: int, show: bool
 ) -> list[dict[str, float]]:
@@ -524,7 +356,14 @@ def pretrain_model(
         out, task_dir=task_dir, n_tasks=n_tasks, task_seed=task_seed, categories=categories,
         observations=observations, show_progress=show_progress,
     )  # fmt: skip
-    tokenizer = train_tokenizer(tokenizer_corpus(data.conversations), cfg.vocab_size)
+    if cfg.habit is not None:
+        data = with_habit(data, cfg.habit, cfg.habit_share, cfg.seed)
+    start = None
+    if cfg.init_from is not None:
+        model, tokenizer, cfg = start_from(cfg.init_from, cfg)
+        start = {"dir": cfg.init_from, "weights_hash": weights_hash(model)}
+    else:
+        tokenizer = train_tokenizer(tokenizer_corpus(data.conversations), cfg.vocab_size)
     examples = [
         e
         for c in data.conversations
@@ -533,13 +372,26 @@ def pretrain_model(
     longest = max(len(e.ids) for e in examples)
     if longest > cfg.context_tokens:
         raise UserError(f"a conversation needs {longest} tokens: raise --context")
-    model = build_model(tokenizer, cfg)
+    if start is None:
+        model = build_model(tokenizer, cfg)
+    elif longest > model.config.max_position_embeddings:
+        raise UserError(
+            f"a conversation needs {longest} tokens; {cfg.init_from} takes "
+            f"{model.config.max_position_embeddings}"
+        )
     rows = train_with_progress(model, examples, cfg, tokenizer.pad_token_id, show_progress)
     model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    if start is None:
+        tokenizer.save_pretrained(out)
+    else:  # the folder's own files, byte for byte (a reload may re-serialise them)
+        for name in TOKENIZER_FILES:
+            if (Path(cfg.init_from) / name).is_file():
+                shutil.copyfile(Path(cfg.init_from) / name, out / name)
     if rows:
         save_loss_curve(rows, out)
     summary = pretrain_summary(out, cfg, data, examples, model, tokenizer, rows, longest)
+    summary["data"]["from"], summary["data"]["habit"] = start, data.habit
+    summary["result"]["weights_hash"] = weights_hash(model)
     summary["result"]["seconds"] = round(time.perf_counter() - t_start, 1)
     write_json(out / "pretrain.json", summary)
     return summary

@@ -27,6 +27,7 @@ from runner.terminal.protocol import (
     observation,
     parse_action,
 )
+from runner.terminal.reset import SandboxPool
 from runner.terminal.sandbox import Sandbox, SandboxConfig
 from runner.terminal.task import Task
 from runner.terminal.verifier import check_initial, verify_final
@@ -47,6 +48,9 @@ class EpisodeConfig:
     # When the task's verifier needs a network it cannot use, run its pytest files with the
     # image's pytest instead (recorded as verifier="offline-pytest").
     offline_verifier: bool = False
+    # How a native task's test files run: "pytest", or "light" (the light verifier's harness
+    # where the file allows it, pytest elsewhere; light_verifier.py)
+    verifier: str = "pytest"
 
 
 @dataclass
@@ -78,7 +82,7 @@ class EpisodeRecord:
     image: str = ""
     # Added for third-party tasks (defaults keep older readers working):
     rewards: dict[str, float] = field(default_factory=dict)  # every named reward
-    verifier: str = ""  # pytest | test.sh | run-tests.sh | offline-pytest
+    verifier: str = ""  # light | pytest | test.sh | run-tests.sh | offline-pytest
     verifier_error: str | None = None  # e.g. "verifier needs network: ..."
     build_notes: list[str] = field(default_factory=list)  # what the build dropped and why
     build_s: float = 0.0
@@ -115,11 +119,14 @@ def run_episode(
     builder: ImageBuilder | None = None,
     config: EpisodeConfig | None = None,
     abort: threading.Event | None = None,
+    sandboxes: SandboxPool | None = None,
 ) -> EpisodeRecord:
     """One episode; failures of the task or engine land in ``record.error`` (reward 0).
 
     ``abort`` (besides the process-wide :data:`ABORT`) stops this episode at its next turn,
     unverified, with ``error="aborted"``: a job cancelled by its scheduling policy.
+    ``sandboxes`` (training only) lends a container of the same task that a verified reset
+    brought back to the task's fresh state, and takes it back (runner.terminal.reset).
     """
     config = config or EpisodeConfig()
     stop = _Stop(abort)
@@ -133,25 +140,19 @@ def run_episode(
         built = builder.ensure(task)
         record.image, record.build_s = built.tag, built.seconds
         record.build_notes = list(built.notes)
-        with Sandbox(
-            client,
-            built.tag,
-            task_id=task.task_id,
-            limits=task.limits,
-            config=config.sandbox,
-            user=task.agent_user,
-            workdir=task.workdir,
-            home_tmpfs=task.home_tmpfs,
-            home=task.home,
-            env=task.env,
-            umask=task.umask,
-            verifier_network=verifier_network,
-            pipefail=task.pipefail,
-            capabilities=task.capabilities,
-        ) as sandbox:
+        lease = (
+            sandboxes.lease(
+                client, built.tag, task, config.sandbox, verifier_network=verifier_network
+            )
+            if sandboxes is not None
+            else Sandbox.for_task(
+                client, built.tag, task, config.sandbox, verifier_network=verifier_network
+            )
+        )
+        with lease as sandbox:
             record.start_s = sandbox.start_s
             if config.check_initial:
-                init = check_initial(sandbox, task)
+                init = check_initial(sandbox, task, verifier=config.verifier)
                 if init is not None:
                     record.initial_ok, record.initial_output = init.passed, init.output
             prepare = getattr(agent, "prepare", None)
@@ -163,7 +164,12 @@ def run_episode(
             elif not stop():
                 sandbox.ensure_running()  # a container the agent stopped is not verified
                 tv = time.perf_counter()
-                result = verify_final(sandbox, task, offline_fallback=config.offline_verifier)
+                result = verify_final(
+                    sandbox,
+                    task,
+                    offline_fallback=config.offline_verifier,
+                    verifier=config.verifier,
+                )
                 if result.exit_code < 0:  # the engine could not run it: was it stopping?
                     sandbox.ensure_stopped_is_named()
                 record.verify_s = time.perf_counter() - tv

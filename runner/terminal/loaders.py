@@ -130,10 +130,14 @@ def load_native(root: Path) -> Task:
     solution = root / "solution.sh"
     metadata = meta.get("metadata", {}) if isinstance(meta.get("metadata"), dict) else {}
     config = meta.get("config", {}) if isinstance(meta.get("config"), dict) else {}
+    verifier = meta.get("verifier")
+    if verifier not in (None, "light", "pytest"):
+        raise TaskLoadError(f"{root.name}: task.json's verifier must be light or pytest")
     return Task(
         task_id=task_id,
         path=root,
         layout="native",
+        verifier=verifier,
         instruction=description,
         truth=meta.get("truth"),
         recipe=ImageRecipe(definition=definition),

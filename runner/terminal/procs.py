@@ -146,3 +146,13 @@ def _cgroup_dirs(pid: int, container_id: str) -> list[str]:
         elif "pids" in controllers.split(","):
             dirs.insert(0, f"/sys/fs/cgroup/pids{path}")
     return [d for d in dirs if os.path.isdir(d)]
+
+
+def alive(pid: int) -> bool:
+    """Whether a host process runs (a killed one stays a zombie until its parent reaps it)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X")

@@ -1,49 +1,47 @@
 """One Docker container per episode with a persistent bash session for the agent.
 
-Each command is sent to the shell as ``read -N <bytes>`` + the command text, then run
-with ``eval`` (so ``cd`` and variables persist), stdin from /dev/null (an interactive
-program cannot swallow the protocol) and stderr merged into stdout, followed by a
-random sentinel carrying the exit code. On timeout the command's processes are killed
-(see :mod:`runner.terminal.procs`); if the shell itself is stuck (a builtin loop) or has
-exited, a new shell is started and the observation says so.
+The session and its command protocol are :mod:`runner.terminal.shell`; the files going
+in and the bytes the agent wrote, :mod:`runner.terminal.container_files`. On timeout the
+command's processes are killed (see :mod:`runner.terminal.procs`); if the shell itself is
+stuck (a builtin loop) or has exited, a new shell is started and the observation says so.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import os
 import re
-import select
 import signal
-import socket
-import struct
-import tarfile
 import time
-import uuid
 from dataclasses import dataclass, field
 
 import docker
 import docker.errors
 
 from runner.terminal import procs, reaper
+from runner.terminal.container_files import disk_usage, tar_archive
 from runner.terminal.errors import SandboxError
 from runner.terminal.output import OUTPUT_LIMIT, OutputCollector
-from runner.terminal.task import TaskLimits
+from runner.terminal.shell import READY_FILE, Shell, ShellDied, restarted_note
+from runner.terminal.task import Task, TaskLimits
+
+# the names this module held before the split, still imported from here
+_Shell = Shell
+__all__ = ["Sandbox", "SandboxConfig", "CommandResult", "Shell", "ShellDied", "TIMEOUT_EXIT_CODE"]
 
 log = logging.getLogger(__name__)
 
 TIMEOUT_EXIT_CODE = 124  # as GNU timeout reports it
-_READY_FILE = "/run/.es-ready"
-# PID 1's child: seed the tmpfs home from the image's copy, then idle.
-_MAIN = (
+# Seed the tmpfs home from the image's copy (at start, and by a verified reset: reset.py).
+SEED_HOME = (
     'if [ "$ES_HOME_TMPFS" = 1 ] && [ -d /.es/home-seed ]; then '
     "cp -a /.es/home-seed/. /home/user/; "
     "chown --reference=/.es/home-seed /home/user; chmod --reference=/.es/home-seed /home/user; "
-    'elif [ "$ES_HOME_TMPFS" = 1 ]; then chown user:user /home/user 2>/dev/null; fi; '
-    ": > " + _READY_FILE + "; exec sleep infinity"
+    'elif [ "$ES_HOME_TMPFS" = 1 ]; then chown user:user /home/user 2>/dev/null; fi'
 )
+# PID 1's child: seed the home, then idle.
+_MAIN = SEED_HOME + "; : > " + READY_FILE + "; exec sleep infinity"
 
 
 # What runs in an agent's container is whatever a model wrote, often as root (Harbor and
@@ -82,131 +80,6 @@ class CommandResult:
     total_chars: int = 0
     duration_s: float = 0.0
     notes: list[str] = field(default_factory=list)
-
-
-class ShellDied(Exception):
-    pass
-
-
-def _restarted_note(timeout: float) -> str:
-    return (
-        f"[command timed out after {timeout:g} s; the shell had to be restarted, so "
-        f"the working directory, variables and background jobs were reset]"
-    )
-
-
-class _Shell:
-    """A bash process inside the container, attached through a docker exec socket."""
-
-    def __init__(
-        self,
-        api: docker.APIClient,
-        container_id: str,
-        user: str,
-        workdir: str,
-        *,
-        home: str | None = "/home/user",
-        env: dict[str, str] | None = None,
-        umask: str | None = None,
-        pipefail: bool = False,
-    ) -> None:
-        self.api = api
-        self.nonce = uuid.uuid4().hex[:16]
-        name = user.split(":")[0]
-        environment = dict(env or {})
-        environment.update({"SHELL": "/bin/bash", "TERM": "dumb"})
-        if name in ("root", "0"):
-            environment["HOME"] = "/root"
-        elif home:
-            environment["HOME"] = home
-        if not name.isdigit():
-            environment["USER"] = environment["LOGNAME"] = name
-        self.exec_id = api.exec_create(
-            container_id,
-            ["/bin/bash", "--noprofile", "--norc"],
-            stdin=True,
-            stdout=True,
-            stderr=True,
-            tty=False,
-            user=user,
-            workdir=workdir,
-            environment=environment,
-        )["Id"]
-        self._sockio = api.exec_start(self.exec_id, socket=True)
-        self.sock: socket.socket = self._sockio._sock
-        self.sock.settimeout(30)
-        self._frame = b""
-        self._payload = bytearray()
-        self.eof = False
-        who = ""
-        if name.isdigit():  # a uid: name it as the image's passwd does
-            who += 'USER=$(id -un 2>/dev/null || echo "$(id -u)"); LOGNAME=$USER; export USER LOGNAME\n'
-        if "HOME" not in environment:
-            who += 'HOME=$(getent passwd "$(id -u)" | cut -d: -f6); export HOME="${HOME:-/}"\n'
-        if umask:
-            who += f"umask {umask}\n"
-        if pipefail:
-            who += "set -o pipefail\n"
-        init = (
-            "exec 2>&1\n"
-            f"i=0; while [ ! -e {_READY_FILE} ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done\n"
-            + who
-            + "[ -r /.es/environment ] && . /.es/environment\n"
-            f"cd {workdir}\n"
-            f'printf \'\\n__ES_READY_{self.nonce} %s %s\\n\' "$$" "1 $(cat /proc/1/task/1/children 2>/dev/null)"\n'
-        )
-        self.send(init.encode())
-        self.pid_in_container = -1
-        self.host_pid = -1  # known once the shell has answered (see Sandbox._open_shell)
-
-    def send(self, data: bytes) -> None:
-        try:
-            self.sock.sendall(data)
-        except OSError as exc:
-            raise ShellDied(str(exc)) from None
-
-    def read(self, timeout: float) -> bytes | None:
-        """Next payload bytes; b'' when nothing arrived in ``timeout``; None at EOF."""
-        if self._payload:
-            out = bytes(self._payload)
-            self._payload.clear()
-            return out
-        if self.eof:
-            return None
-        ready, _, _ = select.select([self.sock], [], [], max(0.0, timeout))
-        if not ready:
-            return b""
-        try:
-            chunk = self.sock.recv(65536)
-        except OSError:
-            chunk = b""
-        if not chunk:
-            self.eof = True
-            return None
-        self._frame += chunk
-        # Multiplexed stream: 8-byte header (stream, 0, 0, 0, big-endian size) + payload.
-        while len(self._frame) >= 8:
-            size = struct.unpack(">I", self._frame[4:8])[0]
-            if len(self._frame) < 8 + size:
-                break
-            self._payload += self._frame[8 : 8 + size]
-            self._frame = self._frame[8 + size :]
-        out = bytes(self._payload)
-        self._payload.clear()
-        return out
-
-    def exit_code(self) -> int | None:
-        try:
-            return self.api.exec_inspect(self.exec_id).get("ExitCode")
-        except docker.errors.APIError:
-            return None
-
-    def close(self) -> None:
-        try:
-            self._sockio.close()
-            self.sock.close()
-        except OSError:
-            pass
 
 
 class Sandbox:
@@ -249,9 +122,8 @@ class Sandbox:
         self.verifier_network = verifier_network and not self.config.network
         self.network_connected = bool(self.config.network)
         self.container: docker.models.containers.Container | None = None
-        self.shell: _Shell | None = None
+        self.shell: Shell | None = None
         self.host: procs.HostView | None = None
-        self._cmd_counter = 0
         self._session_ticks = 0
         self._baseline: set[int] = set()  # host pids of init and the idle main process
         self._baseline_ns: set[int] = set()  # the same, as pids inside the container
@@ -259,6 +131,34 @@ class Sandbox:
         self.start_s = 0.0
 
     # --- lifecycle -----------------------------------------------------------------------
+    @classmethod
+    def for_task(
+        cls,
+        client: docker.DockerClient,
+        image: str,
+        task: Task,
+        config: SandboxConfig | None = None,
+        *,
+        verifier_network: bool = False,
+    ) -> Sandbox:
+        """The sandbox an episode of ``task`` runs in (not started)."""
+        return cls(
+            client,
+            image,
+            task_id=task.task_id,
+            limits=task.limits,
+            config=config,
+            user=task.agent_user,
+            workdir=task.workdir,
+            home_tmpfs=task.home_tmpfs,
+            home=task.home,
+            env=task.env,
+            umask=task.umask,
+            verifier_network=verifier_network,
+            pipefail=task.pipefail,
+            capabilities=task.capabilities,
+        )
+
     def __enter__(self) -> Sandbox:
         self.start()
         return self
@@ -331,10 +231,10 @@ class Sandbox:
             reaper.unregister(cid)
             self.container = None
 
-    def _open_shell(self) -> _Shell:
+    def _open_shell(self) -> Shell:
         assert self.container is not None
         try:
-            shell = _Shell(
+            shell = Shell(
                 self.client.api,
                 self.container.id,
                 self.user,
@@ -386,7 +286,7 @@ class Sandbox:
                 f"[the container had reached its process limit ({self.limits.pids}); "
                 f"{killed} leftover process(es) were killed before this command]"
             )
-        self._drain()
+        self.shell.drain()
         start_ticks = procs.now_ticks()
         collector = OutputCollector(self.config.output_limit)
         rc, timed_out, restarted = self._execute(command, timeout, collector, start_ticks, notes)
@@ -420,7 +320,7 @@ class Sandbox:
         if self._upper_dir is None:
             return
         limit = self.limits.storage_mb * 2**20
-        used = _disk_usage(self._upper_dir, stop_above=limit)
+        used = disk_usage(self._upper_dir, stop_above=limit)
         if used > limit:
             raise SandboxError(
                 f"{self.task_id}: the agent wrote more than its storage limit of "
@@ -434,7 +334,7 @@ class Sandbox:
         container)."""
         assert self.container is not None
         if self.host is not None and self._baseline:
-            if all(_alive(pid) for pid in self._baseline):
+            if all(procs.alive(pid) for pid in self._baseline):
                 return
         else:
             with contextlib.suppress(docker.errors.APIError):
@@ -445,22 +345,6 @@ class Sandbox:
             f"{self.task_id}: the container stopped during the episode: a command killed "
             f"its main process"
         )
-
-    def _send(self, command: str) -> re.Pattern[bytes]:
-        """Send ``command`` to the shell behind its byte count; returns its sentinel's pattern."""
-        assert self.shell is not None
-        self._cmd_counter += 1
-        # bash's read drops NUL bytes without counting them, which would desynchronise
-        # the byte count below; a shell command cannot contain NUL anyway.
-        data = command.replace("\x00", "").encode()
-        sentinel = f"__ES_DONE_{self.shell.nonce}_{self._cmd_counter}"
-        wrapper = (
-            f"LC_ALL=C IFS= read -r -d '' -N {len(data)} __es_cmd; "
-            f'eval "$__es_cmd" </dev/null 2>&1; __es_rc=$?; '
-            f"printf '\\n%s %d\\n' {sentinel} \"$__es_rc\"\n"
-        ).encode()
-        self.shell.send(wrapper + data)
-        return re.compile(b"\n" + sentinel.encode() + rb" (\d+)\n")
 
     def _execute(
         self,
@@ -474,8 +358,8 @@ class Sandbox:
         assert self.shell is not None
         timed_out = False
         try:
-            pattern = self._send(command)
-            rc = self._collect(pattern, collector, time.monotonic() + timeout)
+            pattern = self.shell.send_command(command)
+            rc = self.shell.collect(pattern, collector, time.monotonic() + timeout)
             if rc is not None:
                 return rc, False, False
             timed_out = True
@@ -484,7 +368,7 @@ class Sandbox:
             code = self.shell.exit_code()
             self._restart_shell()
             if timed_out:
-                notes.append(_restarted_note(timeout))
+                notes.append(restarted_note(timeout))
                 return TIMEOUT_EXIT_CODE, True, True
             notes.append(f"[the shell exited; a new shell was started in {self.workdir}]")
             return (code if code is not None else 1), False, True
@@ -500,52 +384,16 @@ class Sandbox:
         """A command past its timeout: kill what it started, then everything since the
         session began, then the shell itself (a builtin loop), until the shell answers."""
         self._kill_since(start_ticks)
-        rc = self._collect(pattern, collector, time.monotonic() + self.config.kill_grace_s)
+        rc = self.shell.collect(pattern, collector, time.monotonic() + self.config.kill_grace_s)
         if rc is None:
             self._kill_since(self._session_ticks)
-            rc = self._collect(pattern, collector, time.monotonic() + self.config.kill_grace_s)
+            rc = self.shell.collect(pattern, collector, time.monotonic() + self.config.kill_grace_s)
         if rc is None:
             self._restart_shell()
-            notes.append(_restarted_note(timeout))
+            notes.append(restarted_note(timeout))
             return TIMEOUT_EXIT_CODE, True, True
         notes.append(f"[command timed out after {timeout:g} s and was interrupted]")
         return TIMEOUT_EXIT_CODE, True, False
-
-    def _collect(
-        self, pattern: re.Pattern[bytes], collector: OutputCollector, deadline: float
-    ) -> int | None:
-        """Feed output to ``collector`` until the sentinel (return its code) or the deadline."""
-        assert self.shell is not None
-        pending = getattr(self, "_pending", b"")
-        keep = 64
-        while True:
-            match = pattern.search(pending)
-            if match:
-                collector.feed(pending[: match.start()])
-                self._pending = b""
-                return int(match.group(1))
-            if len(pending) > keep:
-                collector.feed(pending[:-keep])
-                pending = pending[-keep:]
-            self._pending = pending
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            chunk = self.shell.read(min(remaining, 0.5))
-            if chunk is None:
-                collector.feed(pending)
-                self._pending = b""
-                raise ShellDied("eof")
-            pending += chunk
-
-    def _drain(self) -> None:
-        """Discard output that background jobs wrote between commands."""
-        assert self.shell is not None
-        self._pending = b""
-        for _ in range(100):
-            chunk = self.shell.read(0)
-            if not chunk:
-                return
 
     def _restart_shell(self) -> None:
         self.ensure_running()
@@ -557,7 +405,6 @@ class Sandbox:
                 self.exec_root(["kill", "-9", str(self.shell.pid_in_container)], timeout=10)
             self.shell.close()
         self._kill_since(self._session_ticks)
-        self._pending = b""
         self.shell = self._open_shell()
 
     def _kill_since(self, ticks: int) -> int:
@@ -624,28 +471,10 @@ class Sandbox:
     def put_files(self, dest_dir: str, files: dict[str, bytes], mode: int = 0o644) -> None:
         """Copy ``files`` (relative name -> bytes) into ``dest_dir`` as root-owned files."""
         assert self.container is not None
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            dirs: set[str] = set()
-            for name, data in files.items():
-                parts = name.split("/")[:-1]
-                for i in range(1, len(parts) + 1):
-                    d = "/".join(parts[:i])
-                    if d not in dirs:
-                        dirs.add(d)
-                        info = tarfile.TarInfo(d)
-                        info.type = tarfile.DIRTYPE
-                        info.mode = 0o755
-                        tar.addfile(info)
-                info = tarfile.TarInfo(name)
-                info.size = len(data)
-                info.mode = 0o755 if name.endswith(".sh") else mode
-                tar.addfile(info, io.BytesIO(data))
-        buf.seek(0)
         code, why = self.exec_root(["mkdir", "-p", "-m", "755", dest_dir], timeout=10)
         if code == 0:
             try:
-                if self.container.put_archive(dest_dir, buf.getvalue()):
+                if self.container.put_archive(dest_dir, tar_archive(files, mode)):
                     return
                 why = "the engine refused the archive"
             except docker.errors.APIError as exc:
@@ -664,34 +493,3 @@ class Sandbox:
             if time.monotonic() >= deadline:
                 return
             time.sleep(0.1)
-
-
-def _disk_usage(path: str, stop_above: int) -> int:
-    """Bytes allocated under ``path`` (not following links), counted until past
-    ``stop_above`` (an agent's million files need not all be seen to end its episode)."""
-    total = 0
-    stack = [path]
-    while stack and total <= stop_above:
-        try:
-            entries = list(os.scandir(stack.pop()))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            total += st.st_blocks * 512
-            if entry.is_dir(follow_symlinks=False):
-                stack.append(entry.path)
-    return total
-
-
-def _alive(pid: int) -> bool:
-    """Whether a host process runs (a killed one stays a zombie until its parent reaps it)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in (b"Z", b"X")

@@ -100,4 +100,7 @@ class Task:
     test_script: Path | None = None  # Harbor tests/test.sh, Terminal-Bench run-tests.sh
     solution_dir: Path | None = None  # uploaded to /solution for the oracle (Harbor)
     recordings: list[Path] = field(default_factory=list)  # solutions/*_summary.json
+    # "pytest": this native task's test files always run under pytest, never the light
+    # verifier (task.json's "verifier"); None: the run's choice
+    verifier: str | None = None
     notes: list[str] = field(default_factory=list)  # what loading reinterpreted

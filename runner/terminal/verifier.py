@@ -1,7 +1,10 @@
 """Run a task's tests inside its container: initial state before, final state after.
 
 - Native: ``test_final_state.py`` with the image's pytest, as the agent (upstream runs it in
-  the agent's own shell).
+  the agent's own shell); or, with ``verifier="light"``, by the light verifier's harness
+  (:mod:`runner.terminal.light_verifier`: the same checks without pytest's start-up, for
+  the files it can run; pytest for the others and for tasks whose ``task.json`` says
+  ``"verifier": "pytest"``).
 - Harbor: ``tests/`` uploaded to ``/tests``, ``bash /tests/test.sh`` run from the working
   directory as the verifier user with ``[environment].env`` + ``[verifier].env``; the reward
   is ``/logs/verifier/reward.json`` (every numeric entry kept, as Harbor does) or else
@@ -28,11 +31,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runner.terminal import light_verifier
 from runner.terminal.sandbox import Sandbox
 from runner.terminal.task import Task
 
 _NATIVE_DIR = "/.es-verify"
 _PYTEST = ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts="]
+VERIFIERS = ("light", "pytest")  # how a native task's test file is run
 NEEDS_NETWORK = "verifier needs network"
 # What a download that cannot reach its host prints (curl, apt, pip, uv, git, python).
 _NETWORK_FAILURE = re.compile(
@@ -54,7 +59,7 @@ class VerifierResult:
     exit_code: int
     output: str
     rewards: dict[str, float] = field(default_factory=dict)
-    verifier: str = ""  # pytest | test.sh | run-tests.sh | offline-pytest
+    verifier: str = ""  # light | pytest | test.sh | run-tests.sh | offline-pytest
     error: str | None = None  # e.g. "verifier needs network: ..."
     graded: float | None = None  # fraction of checks passed; None: the binary reward
 
@@ -95,17 +100,25 @@ def pytest_graded(out: str, passed: bool) -> float:
 
 
 def _pytest_in(
-    sandbox: Sandbox, task: Task, name: str, source: str, timeout: float
+    sandbox: Sandbox, task: Task, name: str, source: str, timeout: float, verifier: str
 ) -> VerifierResult:
+    light = verifier == "light" and task.verifier != "pytest"
+    light = light and light_verifier.needs_pytest(source) is None
+    files = {name: source.encode()}
+    if light:
+        files[light_verifier.HARNESS_NAME] = light_verifier.harness_source()
+        command = ["python3", f"{_NATIVE_DIR}/{light_verifier.HARNESS_NAME}"]
+    else:
+        command = list(_PYTEST)
     # The tests are copied in only when they run, so the agent never sees them.
-    sandbox.put_files(_NATIVE_DIR, {name: source.encode()})
+    sandbox.put_files(_NATIVE_DIR, files)
     code, out = sandbox.exec_root(
         [
             "/bin/sh",
             "-c",
             '[ -r /.es/environment ] && . /.es/environment; exec "$@"',
             "sh",
-            *_PYTEST,
+            *command,
             f"{_NATIVE_DIR}/{name}",
         ],
         timeout=timeout,
@@ -117,8 +130,9 @@ def _pytest_in(
     if code == 124:
         out += f"\n[verifier timed out after {timeout:g} s]"
     reward = 1.0 if code == 0 else 0.0
+    ran = "light" if light and light_verifier.HANDED_TO_PYTEST not in out else "pytest"
     return VerifierResult(
-        code == 0, reward, code, out, {"reward": reward}, "pytest",
+        code == 0, reward, code, out, {"reward": reward}, ran,
         graded=pytest_graded(out, code == 0),
     )  # fmt: skip
 
@@ -127,23 +141,26 @@ def _home_env(task: Task) -> dict[str, str]:
     return {"HOME": task.home} if task.home and task.agent_user not in ("root", "0") else {}
 
 
-def check_initial(sandbox: Sandbox, task: Task) -> VerifierResult | None:
+def check_initial(
+    sandbox: Sandbox, task: Task, *, verifier: str = "pytest"
+) -> VerifierResult | None:
     """Run test_initial_state.py (native tasks that have one); None when there is none."""
     if task.layout != "native" or not task.initial_test:
         return None
-    return _pytest_in(
-        sandbox, task, "test_initial_state.py", task.initial_test, task.limits.verifier_timeout_s
-    )
+    timeout = task.limits.verifier_timeout_s
+    return _pytest_in(sandbox, task, "test_initial_state.py", task.initial_test, timeout, verifier)
 
 
-def verify_final(sandbox: Sandbox, task: Task, *, offline_fallback: bool = False) -> VerifierResult:
+def verify_final(
+    sandbox: Sandbox, task: Task, *, offline_fallback: bool = False, verifier: str = "pytest"
+) -> VerifierResult:
     """The task's verifier; with ``offline_fallback`` a verifier that needs a network it
-    cannot use is replaced by :func:`verify_offline` (recorded as ``offline-pytest``)."""
+    cannot use is replaced by :func:`verify_offline` (recorded as ``offline-pytest``);
+    ``verifier`` (``light`` or ``pytest``) says how a native task's test file runs."""
     if task.layout == "native":
         assert task.final_test is not None
-        return _pytest_in(
-            sandbox, task, "test_final_state.py", task.final_test, task.limits.verifier_timeout_s
-        )
+        timeout = task.limits.verifier_timeout_s
+        return _pytest_in(sandbox, task, "test_final_state.py", task.final_test, timeout, verifier)
     result = _verify_script(sandbox, task)
     if result.error and result.error.startswith(NEEDS_NETWORK) and offline_fallback:
         offline = verify_offline(sandbox, task)

@@ -16,6 +16,7 @@ from runner.es import UpdateRecord
 from runner.rollouts import JobOutcome, JobSpec, run_job
 from runner.terminal.episode import EpisodeConfig
 from runner.terminal.images import ImageBuilder
+from runner.terminal.reset import SandboxPool
 
 
 def worker_device(config: RunConfig, index: int) -> str:
@@ -67,6 +68,7 @@ def episode_config(config: RunConfig) -> EpisodeConfig:
         max_turns=config.max_turns,
         command_timeout_s=config.command_timeout_s,
         episode_timeout_s=config.episode_timeout_s,
+        verifier=config.tasks.verifier,
     )
 
 
@@ -96,6 +98,10 @@ class LocalWorker:
             self.backend, max_batch=m.max_batch, window_s=m.batch_window_s
         )
         self.episodes = episode_config(config)
+        # training episodes' containers, reused after a verified reset (never in evaluation)
+        self.sandboxes = (
+            SandboxPool(max_idle=config.episodes_per_job) if config.tasks.reuse_containers else None
+        )
 
     @property
     def base_hash(self) -> str | None:
@@ -128,8 +134,11 @@ class LocalWorker:
             abort=abort,
             clock=clock or self.clock,
             perturb=perturb,
+            sandboxes=self.sandboxes if perturb else None,
         )
 
     def close(self) -> None:
+        if self.sandboxes is not None:
+            self.sandboxes.close()
         self.batcher.close()
         self.backend.close()
