@@ -44,11 +44,11 @@ import argparse
 import contextlib
 import ctypes
 import gc
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from harness import best_time, rounds
 
 from runner.es import DEFAULT_BLOCK, DEFAULT_CHUNK, NOISE_SCHEMES, ESOptimizer
 from runner.es.noise import PhiloxScratch, fill_noise, philox_key, stream_state
@@ -79,38 +79,19 @@ class Blocks(torch.nn.Module):
         )
 
 
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
 def timed(fn: Callable[[], object], device: str, repeats: int) -> float:
     """Best wall time of ``repeats`` calls after one warm-up call (the minimum is the least
     disturbed by other processes sharing the cores)."""
     fn()
-    sync(device)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    return best_time(fn, device, repeats)
 
 
 def interleaved(
     fa: Callable[[], object], fb: Callable[[], object], device: str, repeats: int
 ) -> tuple[float, float]:
     """Best times of two calls timed alternately, so that both see the same machine load."""
-    ta, tb = [], []
-    for _ in range(repeats + 1):
-        for fn, out in ((fa, ta), (fb, tb)):
-            sync(device)
-            t0 = time.perf_counter()
-            fn()
-            sync(device)
-            out.append(time.perf_counter() - t0)
-    return min(ta[1:]), min(tb[1:])
+    times = rounds({"a": fa, "b": fb}, device, repeats)
+    return min(times["a"]), min(times["b"])
 
 
 def _rss_kib(field: str) -> int:
@@ -209,18 +190,9 @@ def noise_rates(
 
         key = philox_key(1, "bench.weight")
         fns[f"{PHILOX_SCHEME}/triton"] = lambda: philox_triton.fill(x, key, 0)
-    times: dict[str, list[float]] = {k: [] for k in fns}
     with one_thread():
-        for _ in range(repeats + 1):
-            for k, fn in fns.items():
-                sync(device)
-                t0 = time.perf_counter()
-                fn()
-                sync(device)
-                times[k].append(time.perf_counter() - t0)
-    return {
-        k: (4 * numel / min(ts[1:]) / 1e9, max(ts[1:]) / min(ts[1:])) for k, ts in times.items()
-    }
+        times = rounds(fns, device, repeats)
+    return {k: (4 * numel / min(ts) / 1e9, max(ts) / min(ts)) for k, ts in times.items()}
 
 
 def kernel_passes(
@@ -265,18 +237,11 @@ def kernel_row(
         "restore": opt._sync_working,
         f"update N={cohort}": lambda: opt._apply_entries(entries),
     }
-    times: dict[str, list[float]] = {k: [] for k in fns}
     with one_thread():
-        for _ in range(repeats + 1):
-            for k, fn in fns.items():
-                sync(device)
-                t0 = time.perf_counter()
-                fn()
-                sync(device)
-                times[k].append(time.perf_counter() - t0)
+        times = rounds(fns, device, repeats)
     opt.close()
-    best = {k: min(ts[1:]) for k, ts in times.items()}
-    spread = {k: max(ts[1:]) / min(ts[1:]) for k, ts in times.items()}
+    best = {k: min(ts) for k, ts in times.items()}
+    spread = {k: max(ts) / min(ts) for k, ts in times.items()}
     row = {"fill": (4 * p / best["fill"] / 1e9, spread["fill"])}
     row |= {k: (best[k] / best["copy"], spread[k]) for k in fns if k not in ("copy", "fill")}
     row["copy"] = (best["copy"], spread["copy"])

@@ -44,6 +44,22 @@ def best_time(fn: Callable[[], object], device: str, repeats: int = 3) -> float:
     return min(times)
 
 
+def rounds(
+    fns: dict[str, Callable[[], object]], device: str, repeats: int
+) -> dict[str, list[float]]:
+    """Each function timed in turn, round after round, so that all see the same machine
+    load: ``repeats`` times per function after one warm-up round (left out)."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeats + 1):
+        for k, fn in fns.items():
+            sync(device)
+            t0 = time.perf_counter()
+            fn()
+            sync(device)
+            times[k].append(time.perf_counter() - t0)
+    return {k: ts[1:] for k, ts in times.items()}
+
+
 # -- sessions -----------------------------------------------------------------------------
 def conversation(i: int, turns: int = 1) -> list[dict]:
     """Session i's conversation: a task and ``turns - 1`` earlier commands with output."""
