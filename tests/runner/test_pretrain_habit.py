@@ -85,15 +85,20 @@ def test_continued_pretraining_from_the_warm_start_with_the_habit(generated, tmp
     habit = zero["data"]["habit"]
     assert habit["name"] == "comment" and len(habit["task_ids"]) == round(0.25 * 40)
     assert zero["config"]["init_from"] == str(WARM) and zero["config"]["habit_share"] == 0.25
-    # two steps move it, and the command gives the same weights as the same settings did
-    done = cli(
-        "model", "pretrain", str(tmp_path / "a"), "--from", str(WARM), "--task-dir",
-        str(generated), "--habit", "comment", "--habit-share", "0.25", "--steps", "2",
-        "--batch-size", "4", "--no-progress",
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    a = json.loads((tmp_path / "a" / "pretrain.json").read_text())
-    b = in_process(tmp_path / "b", 2)
+
+    # two steps move it, and the command gives the same weights again: a build is
+    # reproducible from its command (each in a fresh process, as a user runs it; in this
+    # process earlier tests may have changed torch's thread count, and so its sums' order)
+    def command(out):
+        done = cli(
+            "model", "pretrain", str(out), "--from", str(WARM), "--task-dir", str(generated),
+            "--habit", "comment", "--habit-share", "0.25", "--steps", "2", "--batch-size", "4",
+            "--no-progress",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads((out / "pretrain.json").read_text())
+
+    a, b = command(tmp_path / "a"), command(tmp_path / "b")
     assert a["result"]["weights_hash"] != COMMITTED
     assert a["result"]["weights_hash"] == b["result"]["weights_hash"]
 

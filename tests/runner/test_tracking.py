@@ -13,10 +13,10 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import cli
 from runner_invariants import journal
 
 from runner import cli as runner_cli
+from tests.runner.conftest import REPO, cli
 
 REQUIRED = (
     "train/reward_mean",
@@ -127,8 +127,6 @@ def test_a_run_writes_its_scalars_to_jsonl_and_tensorboard(engine, run_config, t
 @pytest.mark.docker
 def test_a_killed_and_resumed_run_logs_every_update_once(engine, run_config, tmp_path):
     import subprocess
-
-    from conftest import REPO
 
     run = tmp_path / "killed"
     config = run_config(**{"updates": 3, "logging": {"to": ["jsonl", "tensorboard"]}})
