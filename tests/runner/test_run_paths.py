@@ -59,6 +59,8 @@ def test_example_runs_name_their_model_and_tasks_by_repository_relative_paths():
         for where in (recorded["model"]["path"], recorded["tasks"]["dir"]):
             if where is not None:  # tasks.generate: written into the run directory
                 assert not Path(where).is_absolute() and ".." not in Path(where).parts, path
-        if path.parent.parent.name == "learn":  # the committed warm start and its tasks
-            assert recorded["model"]["path"] == "examples/warm_start"
+        # the committed warm starts, on the first one's tasks
+        model = {"learn": "examples/warm_start", "learn_habit": "examples/warm_start_habit"}
+        if path.parent.parent.name in model:
+            assert recorded["model"]["path"] == model[path.parent.parent.name]
             assert recorded["tasks"]["dir"] == "examples/warm_start/tasks"

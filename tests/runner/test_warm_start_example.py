@@ -61,3 +61,29 @@ def test_the_committed_warm_start_and_the_example_checkpoints():
         replayed = load_checkpoint(load_model(WARM)[0], run / "checkpoint")
         assert replayed.version == doc["version"]
         replayed.close()
+
+
+HABIT = REPO / "examples" / "warm_start_habit"
+HABIT_HASH = "01499da0ae95d425f6a679a5a5dd2be327002f16064adc746821e82f6b237455"  # pretrain.json
+
+
+def test_the_habit_warm_start_and_its_example_checkpoints():
+    import json
+
+    from runner.backends.hf import load_model
+    from runner.es import ESOptimizer, load_checkpoint, read_checkpoint
+
+    assert json.loads((HABIT / "pretrain.json").read_text())["result"]["weights_hash"] == (
+        HABIT_HASH
+    )
+    model, _ = load_model(HABIT)
+    opt = ESOptimizer(model)
+    assert opt.base_hash == HABIT_HASH
+    opt.close()
+    runs = sorted((REPO / "examples" / "runs" / "learn_habit").glob("sync_s*"))
+    assert runs
+    for run in runs:
+        doc = read_checkpoint(run / "checkpoint")
+        replayed = load_checkpoint(load_model(HABIT)[0], run / "checkpoint")
+        assert replayed.version == doc["version"] == 30
+        replayed.close()
