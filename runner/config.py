@@ -172,7 +172,7 @@ TrackerName = Literal["console", "jsonl", "tensorboard", "wandb", "mlflow"]
 
 
 class LoggingConfig(_Strict):
-    """``logging:``: where live metrics go (runner/tracking/, the table in docs/runner.md)."""
+    """``logging:``: where live metrics go (runner/tracking/, the table in docs/metrics.md)."""
 
     to: list[TrackerName] = ["jsonl"]
     project: str | None = None  # the W&B project / MLflow experiment (default: the run's name)

@@ -4,7 +4,7 @@
 each sink the config names: ``console``, ``jsonl`` (``RUN_DIR/metrics.jsonl``),
 ``tensorboard`` (``RUN_DIR/tensorboard/``), ``wandb`` (offline) and ``mlflow`` (a local
 SQLite store). :mod:`runner.tracking.scalars` computes the scalars from the run's state;
-the names are the table in docs/runner.md. Each sink lives in a file of its own and is
+the names are the table in docs/metrics.md. Each sink lives in a file of its own and is
 imported only when named, so a missing package is found at start (:func:`check_sinks`).
 """
 

@@ -1,4 +1,4 @@
-"""The scalars of one committed update and of one evaluation (names: docs/runner.md).
+"""The scalars of one committed update and of one evaluation (names: docs/metrics.md).
 
 Everything is read from the run's state (:class:`runner.run_state.RunState`), the same
 tables the trace is written from, so a curve and the trace never disagree. An update's
