@@ -1,9 +1,10 @@
-"""The committed warm start: where `model pretrain` writes it, that it rebuilds bit for bit,
-and that every example run's checkpoint replays from it."""
+"""The committed warm starts: where `model pretrain` writes them, that a build is
+reproducible, and that every example learning run's checkpoint replays onto its warm start."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 
 import yaml
 from conftest import REPO
@@ -11,17 +12,22 @@ from conftest import REPO
 from runner.cli import build_parser
 
 WARM = REPO / "examples" / "warm_start"
-LEARN = sorted((REPO / "examples" / "runs" / "learn").glob("es_*"))
+HABIT = REPO / "examples" / "warm_start_habit"
+# the schedule table's runs (scripts/learn_on_laptop.sh): <schedule>_s<seed>
+LEARN = sorted((REPO / "examples" / "runs" / "learn").glob("*_s[0-9]*"))
 
 
 def test_pretrain_writes_where_the_examples_and_cpu_learn_expect_it():
+    # the default output is the committed warm start; the habit one continues from it
     args = build_parser().parse_args(["model", "pretrain"])
     assert (REPO / args.out).resolve() == WARM
+    habit = json.loads((HABIT / "pretrain.json").read_text())["config"]
+    assert (habit["init_from"], habit["habit"], habit["habit_share"]) == ("examples/warm_start", "comment", 0.5)
     learn = yaml.safe_load((REPO / "configs/runner/cpu_learn.yaml").read_text())
     named = {learn["model"]["path"]} | {
         yaml.safe_load((run / "config.yaml").read_text())["model"]["path"] for run in LEARN
     }
-    assert named == {"examples/warm_start"}
+    assert named == {"examples/warm_start_habit"}
 
 
 def test_a_pretrain_rebuilds_bit_for_bit(tmp_path):
@@ -41,35 +47,24 @@ def test_a_pretrain_rebuilds_bit_for_bit(tmp_path):
 
 
 # The committed warm start's weights (runner.es weights hash), rebuilt 2026-12-04 with the
-# documented settings; every example run is made from it (its checkpoint names the hash of
-# the parameters it searched, and replays onto the committed weights).
+# documented settings; the habit warm start continues from it.
 COMMITTED = "32057b9a0e1ee8b437d193db521c74034f749f4b18925e813037bebada7e8c71"
 
 
-def test_the_committed_warm_start_and_the_example_checkpoints():
+def test_the_committed_warm_start():
     from runner.backends.hf import load_model
-    from runner.es import ESOptimizer, load_checkpoint, read_checkpoint
+    from runner.es import ESOptimizer
 
     model, _ = load_model(WARM)
     opt = ESOptimizer(model)
     assert opt.base_hash == COMMITTED
     opt.close()
-    assert len(LEARN) == 4
-    for run in LEARN:
-        doc = read_checkpoint(run / "checkpoint")
-        # load_checkpoint refuses a base whose hash (over the searched es.params) differs
-        replayed = load_checkpoint(load_model(WARM)[0], run / "checkpoint")
-        assert replayed.version == doc["version"]
-        replayed.close()
 
 
-HABIT = REPO / "examples" / "warm_start_habit"
 HABIT_HASH = "01499da0ae95d425f6a679a5a5dd2be327002f16064adc746821e82f6b237455"  # pretrain.json
 
 
 def test_the_habit_warm_start_and_its_example_checkpoints():
-    import json
-
     from runner.backends.hf import load_model
     from runner.es import ESOptimizer, load_checkpoint, read_checkpoint
 
@@ -80,10 +75,10 @@ def test_the_habit_warm_start_and_its_example_checkpoints():
     opt = ESOptimizer(model)
     assert opt.base_hash == HABIT_HASH
     opt.close()
-    runs = sorted((REPO / "examples" / "runs" / "learn_habit").glob("sync_s*"))
-    assert runs
-    for run in runs:
+    assert len(LEARN) >= 3
+    for run in LEARN:
         doc = read_checkpoint(run / "checkpoint")
+        # load_checkpoint refuses a base whose hash (over the searched es.params) differs
         replayed = load_checkpoint(load_model(HABIT)[0], run / "checkpoint")
         assert replayed.version == doc["version"] == 30
         replayed.close()
