@@ -19,7 +19,7 @@
 #   TASKS        the generated task folder (default examples/warm_start/tasks, not committed:
 #                regenerated here from the same seed when missing)
 #   EXPORT_TO    a folder: copy there every run's trace, evaluations and final ES checkpoint
-#                and the table (examples/runs/learn_habit was made so)
+#                and the table (examples/runs/learn was made so)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work="${1:-runs/learn}"
