@@ -166,6 +166,9 @@ class EvalConfig(_Strict):
     split: str = "test"
     seeds: list[NonNegInt] = [42, 43, 44]
     max_tasks: PosInt | None = None  # evaluate on the first K tasks of the split only
+    # evaluate version 0 (the base model) during training too; off where one evaluation of
+    # the base serves many runs (`es-runner eval --model`: the same episodes, same seeds)
+    initial: bool = True
 
 
 TrackerName = Literal["console", "jsonl", "tensorboard", "wandb", "mlflow"]

@@ -131,6 +131,8 @@ class Evaluator:
 
     def wanted(self, version: int) -> bool:
         every = self.config.eval_every
+        if version == 0 and not self.config.eval.initial:
+            return False
         return bool(every) and (version % every == 0 or version == self.config.updates)
 
     def schedule_missing(self, version: int, log_: Sequence[UpdateRecord]) -> None:

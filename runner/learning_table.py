@@ -6,7 +6,9 @@ error, stale share, mean lag and wall time.
                                                   and schedules.csv in RUNS_DIR)
 
 Runs are the folders named ``<schedule>_s<seed>`` holding an ``eval.parquet`` and a
-``summary.json``. The spread of a schedule is over its training seeds (sample sd), which
+``summary.json``. Version 0 is the same model on the same tasks and seeds in every run, so
+runs made with ``eval.initial: false`` take it from the folder's ``eval_base.parquet`` (the
+script keeps there the first run's version-0 evaluation). The spread of a schedule is over its training seeds (sample sd), which
 is the variation a reader of one training run should expect; each run's own gain SE is
 over test tasks (runner.evaluation.success_gain).
 """
@@ -25,6 +27,17 @@ from runner.evaluation import success_gain
 # scripts/learn_on_laptop.sh's schedules, in the published table's order (others after)
 ORDER = {"sync": 0, "bounded": 1, "cd4": 2, "cd8": 3, "cd8_half": 4}
 RUN_NAME = re.compile(r"^(?P<schedule>.+)_s(?P<seed>\d+)$")
+BASE = "eval_base.parquet"
+
+
+def run_evals(run: Path) -> pd.DataFrame:
+    """A run's evaluation rows, with version 0 from the folder's shared base evaluation
+    where the run did not evaluate it itself."""
+    evals = pd.read_parquet(run / "eval.parquet")
+    base = run.parent / BASE
+    if not (evals["version"] == 0).any() and base.is_file():
+        evals = pd.concat([pd.read_parquet(base), evals], ignore_index=True)
+    return evals
 
 
 def run_row(run: Path) -> dict:
@@ -33,9 +46,11 @@ def run_row(run: Path) -> dict:
     match = RUN_NAME.match(run.name)
     if match is None:
         raise ValueError(f"{run}: a run folder is named <schedule>_s<seed>")
-    evals = pd.read_parquet(run / "eval.parquet")
+    evals = run_evals(run)
     summary = json.loads((run / "summary.json").read_text())
-    first, last = int(evals["version"].min()), int(evals["version"].max())
+    if not (evals["version"] == 0).any():
+        raise ValueError(f"{run}: no version-0 evaluation (and no {BASE} beside it)")
+    first, last = 0, int(evals["version"].max())
     per_seed = evals.groupby(["version", "seed"])["passed"].mean()
     gain = success_gain(evals, first, last)
     return {
@@ -68,7 +83,9 @@ def runs_table(work: Path) -> pd.DataFrame:
     """Every finished run under ``work``, by schedule and seed."""
     runs = sorted(p for p in work.iterdir() if RUN_NAME.match(p.name) and finished(p))
     if not runs:
-        raise ValueError(f"{work}: no finished run (<schedule>_s<seed> with its last update evaluated)")
+        raise ValueError(
+            f"{work}: no finished run (<schedule>_s<seed> with its last update evaluated)"
+        )
     return pd.DataFrame([run_row(run) for run in runs])
 
 
@@ -101,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    runs = runs.sort_values(["schedule", "seed"], key=lambda c: c.map(ORDER).fillna(len(ORDER)) if c.name == "schedule" else c)
+    runs = runs.sort_values(
+        ["schedule", "seed"],
+        key=lambda c: c.map(ORDER).fillna(len(ORDER)) if c.name == "schedule" else c,
+    )
     table = schedule_table(runs)
     fmt = "{:.3f}".format
     print(runs.to_string(index=False, float_format=fmt))

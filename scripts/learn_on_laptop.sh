@@ -6,7 +6,10 @@
 #   bash scripts/learn_on_laptop.sh [WORK_DIR]        (WORK_DIR default: runs/learn)
 #
 # Runs are WORK_DIR/<schedule>_s<seed>. A finished run is skipped and a stopped one resumed,
-# so a stopped script picks up where it was. Knobs (environment):
+# so a stopped script picks up where it was. Version 0 (the warm start) is the same
+# evaluation in every run (same model, tasks and seeds): the first runs evaluate it, it is
+# kept as WORK_DIR/eval_base.parquet, and runs started after that skip it (eval.initial
+# false; runner.learning_table reads it from there). Knobs (environment):
 #   SCHEDULES    default "sync bounded cd4 cd8 cd8_half" (see policy() below)
 #   TRAIN_SEEDS  default "0 1 2" (the runs' `seed`)
 #   PARALLEL     runs at once (default 1); they share the cores, so each run's wall time
@@ -50,11 +53,25 @@ policy() {
   esac
 }
 
+keep_base() {  # a run's version-0 evaluation, kept once as the shared one
+  [ -f "$work/eval_base.parquet" ] && return
+  python - "$1/eval.parquet" "$work/eval_base.parquet" <<'EOF'
+import sys
+import pandas as pd
+rows = pd.read_parquet(sys.argv[1])
+if (rows["version"] == 0).any():
+    rows[rows["version"] == 0].to_parquet(sys.argv[2] + ".tmp", index=False)
+EOF
+  [ -f "$work/eval_base.parquet.tmp" ] && mv "$work/eval_base.parquet.tmp" "$work/eval_base.parquet"
+  return 0
+}
+
 run_one() {  # schedule seed
   local run="$work/$1_s$2" pol
   pol=$(policy "$1")
   if tail -n 1 "$run/journal.jsonl" 2>/dev/null | grep -q '"reason":"run ended"'; then
     echo "== $1 seed $2: finished in $run"
+    keep_base "$run"
     return
   fi
   echo "== $1 seed $2 -> $run ($(date +%H:%M:%S))"
@@ -63,11 +80,13 @@ run_one() {  # schedule seed
   else
     local sets=(--set "policy=$pol" --set "name=learn-$1" --set "seed=$2"
                 --set "model.path=$model" --set "tasks.dir=$tasks")
+    [ -f "$work/eval_base.parquet" ] && sets+=(--set "eval.initial=false")
     [ -n "${UPDATES:-}" ] && sets+=(--set "updates=$UPDATES")
     [ -n "${EVAL_TASKS:-}" ] && sets+=(--set "eval.max_tasks=$EVAL_TASKS")
     for extra in ${SETS:-}; do sets+=(--set "$extra"); done
     es-runner train configs/runner/cpu_learn.yaml --out "$run" --no-progress "${sets[@]}"
   fi
+  keep_base "$run"
 }
 
 status=0
@@ -96,6 +115,6 @@ if [ -n "${EXPORT_TO:-}" ]; then
     cp "$run"/{config.yaml,meta.json,summary.json,jobs.parquet,updates.parquet,workers.parquet,episodes.parquet,eval.parquet,tasks_skipped.json,metrics.jsonl} "$dest/"
     cp "$run/checkpoint/es_checkpoint.json" "$dest/checkpoint/"
   done
-  cp "$work"/schedules*.csv "$EXPORT_TO/"
+  cp "$work"/schedules*.csv "$work/eval_base.parquet" "$EXPORT_TO/"
   echo "exported to $EXPORT_TO ($(du -sh "$EXPORT_TO" | cut -f1))"
 fi

@@ -22,7 +22,11 @@ def test_pretrain_writes_where_the_examples_and_cpu_learn_expect_it():
     args = build_parser().parse_args(["model", "pretrain"])
     assert (REPO / args.out).resolve() == WARM
     habit = json.loads((HABIT / "pretrain.json").read_text())["config"]
-    assert (habit["init_from"], habit["habit"], habit["habit_share"]) == ("examples/warm_start", "comment", 0.5)
+    assert (habit["init_from"], habit["habit"], habit["habit_share"]) == (
+        "examples/warm_start",
+        "comment",
+        0.5,
+    )
     learn = yaml.safe_load((REPO / "configs/runner/cpu_learn.yaml").read_text())
     named = {learn["model"]["path"]} | {
         yaml.safe_load((run / "config.yaml").read_text())["model"]["path"] for run in LEARN
