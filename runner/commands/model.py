@@ -110,9 +110,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     pre.add_argument(
         "--habit",
-        choices=("comment",),
+        choices=("comment", "mistake"),
         help="demonstrate a share of the train tasks with one shared wrong habit whatever the "
-        "instruction (comment: every command commented out)",
+        "instruction (comment: every command commented out; mistake: one plausible mistake "
+        "per task category, docs/learning.md)",
     )
     pre.add_argument(
         "--habit-share",

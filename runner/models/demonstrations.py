@@ -10,13 +10,15 @@ container): every generated reference command writes its result to files and pri
 nothing, so each observation is ``observation("", 0)``.
 
 **A shared wrong habit** (``habit``, ``habit_share``): a fixed share of the train tasks,
-drawn by the pretrain seed, are demonstrated with one habit applied to every command
-whatever the instruction. ``comment`` (the only one so far) writes every command commented
-out: it prints nothing, exits 0 and changes nothing, so its observations are the same
-silent record and the episode fails its checks. The model so learns to choose the habit,
-at the first token of a command, with about the share's probability in every task: one
-shared choice that a small change of weights can flip for many tasks at once, which is
-what ES is to find (issue 39).
+drawn by the pretrain seed, are demonstrated with one habit whatever the instruction.
+``comment`` writes every command commented out: it prints nothing, exits 0 and changes
+nothing, so its observations are the same silent record and the episode fails its checks.
+The model so learns to choose the habit, at the first token of a command, with about the
+share's probability in every task: one shared choice that a small change of weights can
+flip for many tasks at once, which is what ES is to find (issue 39). ``mistake`` is the
+more realistic variant: one plausible mistake per task category
+(:data:`runner.models.mistakes.MISTAKES`), silent too and failing the checks; the share is
+drawn among the tasks whose category has one.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from runner.models.mistakes import with_mistake
 from runner.terminal.episode import initial_messages
 from runner.terminal.protocol import Message, ScriptedAgent, observation
 from runner.terminal.task import Task
@@ -47,8 +50,17 @@ def solution_commands(task: Task) -> list[str]:
     return ScriptedAgent.from_file(task.solution).commands
 
 
-# What a habit makes of a command (each keeps the silent record true: see the docstring).
-HABITS: dict[str, Callable[[str], str]] = {"comment": lambda command: "# " + command}
+# What a habit makes of a task's reference commands, or None where it has nothing for the
+# task (each keeps the silent record true: see the docstring).
+HABITS: dict[str, Callable[[Task, list[str]], list[str] | None]] = {
+    "comment": lambda task, commands: ["# " + c for c in commands],
+    "mistake": lambda task, commands: with_mistake(task.category, commands),
+}
+
+
+def habit_commands(task: Task, habit: str) -> list[str] | None:
+    """The task's reference commands with ``habit``; ``None`` where it has none for it."""
+    return HABITS[habit](task, solution_commands(task))
 
 
 def demonstration(
@@ -57,12 +69,14 @@ def demonstration(
     """The conversation of the scripted reference solution, as the episode loop builds it.
 
     ``outputs`` holds each command's (output, exit code); ``None`` uses the record
-    (:data:`SILENT` for every command). ``habit`` applies :data:`HABITS`' change to every
-    command (its observations: the record).
+    (:data:`SILENT` for every command). ``habit`` demonstrates the commands as
+    :data:`HABITS` changes them (its observations: the record).
     """
     commands = solution_commands(task)
     if habit is not None:
-        commands, outputs = [HABITS[habit](c) for c in commands], None
+        commands, outputs = habit_commands(task, habit), None
+        if commands is None:
+            raise ValueError(f"{task.task_id}: the habit {habit!r} has nothing for this task")
     agent = ScriptedAgent(commands)
     outputs = list(outputs) if outputs is not None else [SILENT] * len(agent.commands)
     messages = initial_messages(task)
@@ -153,8 +167,20 @@ def habit_tasks(task_ids: Sequence[str], share: float, seed: int) -> list[str]:
 
 
 def with_habit(data: TrainingData, habit: str, share: float, seed: int) -> TrainingData:
-    """``data`` with the drawn share of its conversations replaced by habit demonstrations."""
-    chosen = set(habit_tasks([t.task_id for t in data.tasks], share, seed))
+    """``data`` with the drawn share of its conversations replaced by habit demonstrations:
+    the share of the tasks the habit has something for (``comment``: all of them)."""
+    from runner.errors import UserError
+
+    apt = []
+    for task in data.tasks:
+        try:
+            if habit_commands(task, habit) is not None:
+                apt.append(task.task_id)
+        except ValueError as exc:
+            raise UserError(f"--habit {habit}: {task.task_id}: {exc}") from None
+    if not apt:
+        raise UserError(f"--habit {habit}: none of the {len(data.tasks)} train tasks has it")
+    chosen = set(habit_tasks(apt, share, seed))
     conversations = [
         demonstration(t, habit=habit) if t.task_id in chosen else c
         for t, c in zip(data.tasks, data.conversations, strict=True)

@@ -65,6 +65,50 @@ def test_the_habit_is_in_its_share_of_the_demonstrations(generated, tmp_path):
     assert len(data(0.75, 0)[1].habit["task_ids"]) == 30
 
 
+def test_the_mistake_habit_is_in_its_share_of_the_tasks_that_have_one(generated, tmp_path):
+    from runner.models.demonstrations import training_data, with_habit
+
+    plain = training_data(
+        tmp_path, task_dir=generated, n_tasks=0, task_seed=0, categories=None,
+        observations="record", show_progress=False,
+    )  # fmt: skip
+    mixed = with_habit(plain, "mistake", 0.5, 0)
+    # every category but text_search has a mistake (runner/models/mistakes.py)
+    apt = [t.task_id for t in plain.tasks if t.category != "text_search"]
+    assert 0 < len(apt) < len(plain.tasks) == 40
+    chosen = mixed.habit["task_ids"]
+    assert len(chosen) == round(0.5 * len(apt)) and set(chosen) <= set(apt)
+    assert mixed.habit == {"name": "mistake", "share": 0.5, "seed": 0, "task_ids": chosen}
+    by_category = {}
+    for task, clean, conversation in zip(
+        plain.tasks, plain.conversations, mixed.conversations, strict=True
+    ):
+        if task.task_id not in chosen:
+            assert conversation == clean
+            continue
+        # one command changed, the rest and every observation (the silent record) as they were
+        before, after = commands(clean), commands(conversation)
+        assert len(before) == len(after)
+        changed = [(b, a) for b, a in zip(before, after, strict=True) if b != a]
+        assert len(changed) == 1, (task.category, changed)
+        observed = [m for m in conversation[2:] if m["role"] == "user"]
+        assert observed == [m for m in clean[2:] if m["role"] == "user"]
+        by_category.setdefault(task.category, []).append(changed[0])
+    # the same kind of mistake in every task of a category, e.g. sort -u -> sort
+    for before, after in by_category.get("dedupe_sort", []):
+        assert before.startswith("<command>sort -u ") and after == before.replace(" -u ", " ", 1)
+    assert len(by_category) >= 8
+    # the draw is the seed's
+    assert with_habit(plain, "mistake", 0.5, 0).habit["task_ids"] == chosen
+    assert with_habit(plain, "mistake", 0.5, 1).habit["task_ids"] != chosen
+    # the builder records it as it records comment
+    from runner.models.pretrain import PretrainConfig, pretrain_model
+
+    cfg = PretrainConfig(steps=0, init_from=str(WARM), habit="mistake", habit_share=0.5)
+    summary = pretrain_model(tmp_path / "zero", cfg, task_dir=generated)
+    assert summary["data"]["habit"] == mixed.habit and summary["config"]["habit"] == "mistake"
+
+
 def test_continued_pretraining_from_the_warm_start_with_the_habit(generated, tmp_path):
     from runner.models.pretrain import PretrainConfig, pretrain_model
 
@@ -107,6 +151,8 @@ def test_bad_builder_options_are_one_line_each(tmp_path):
     bad = {
         ("--from", str(tmp_path)): "--from",
         ("--habit", "comment", "--habit-share", "1.5"): "--habit-share",
+        # text_search has no mistake: no train task would carry the habit
+        ("--habit", "mistake", "--tasks", "10", "--categories", "text_search"): "--habit mistake",
     }
     for args, name in bad.items():
         done = cli("model", "pretrain", str(tmp_path / "out"), *args, "--no-progress")
