@@ -51,6 +51,7 @@ def _register_score(tsub: argparse._SubParsersAction) -> None:
     score.add_argument("--model", type=Path, required=True, metavar="DIR", help="model folder")
     score.add_argument("--tasks", type=Path, required=True, metavar="DIR", help="task folder")
     score.add_argument("--split", default="validation", help="task split (default validation)")
+    score.add_argument("--max-tasks", type=int, help="only the first K tasks of the split")
     score.add_argument("--temperature", type=float, default=0.6)
     score.add_argument("--top-p", type=float, default=1.0)
     score.add_argument("--max-new-tokens", type=int, default=MODEL_EVAL["max_new_tokens"])
@@ -76,7 +77,7 @@ def _cmd_tasks_score(args: argparse.Namespace) -> int:
     )
 
     _check_score_args(args)
-    tasks, failed = load_split(args.tasks, args.split)
+    tasks, failed = load_split(args.tasks, args.split, args.max_tasks)
     if failed:
         print(f"es-runner: {len(failed)} task(s) not loaded (first: {failed[0]})")
     if not tasks:
@@ -111,6 +112,8 @@ def _check_score_args(args: argparse.Namespace) -> None:
         raise UserError(
             f"--split {args.split}: {args.tasks} has no {args.split}.txt (or --split all)"
         )
+    if args.max_tasks is not None and args.max_tasks < 1:
+        raise UserError(f"--max-tasks must be >= 1, got {args.max_tasks}")
     if args.temperature < 0:
         raise UserError(f"--temperature must be >= 0, got {args.temperature:g}")
     if not 0 < args.top_p <= 1:

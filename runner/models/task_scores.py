@@ -205,14 +205,14 @@ def format_table(table: pd.DataFrame, band: tuple[float, float]) -> str:
     return "\n".join(lines)
 
 
-def load_split(folder: Path, split: str) -> tuple[list[Any], list[str]]:
-    """The split's tasks that load, and those that do not (with why)."""
+def load_split(folder: Path, split: str, limit: int | None = None) -> tuple[list[Any], list[str]]:
+    """The split's (first ``limit``) tasks that load, and those that do not (with why)."""
     from runner.task_pool import split_ids
     from runner.terminal.errors import TerminalError
     from runner.terminal.loaders import load_task
 
     tasks, failed = [], []
-    for name in split_ids(folder, split):
+    for name in split_ids(folder, split)[:limit]:
         try:
             tasks.append(load_task(folder / name))
         except TerminalError as exc:
