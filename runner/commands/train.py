@@ -190,7 +190,12 @@ def cmd_train(args: argparse.Namespace) -> int:
             from runner.models.task_scores import signal_task_ids
 
             only = signal_task_ids(run, config, folder, show_progress=not args.no_progress)
-            print(f"es-runner: tasks.signal: training on {len(only)} task(s) in its band")
+            band = config.tasks.signal
+            print(
+                f"es-runner: tasks.signal: training on {len(only)} {config.tasks.split} task(s) "
+                f"with predicted success in [{band.min:g}, {band.max:g}] (scores: "
+                f"{run / 'task_scores.parquet'})"
+            )
         pool = prepare_pool(
             folder, config.tasks.split, builder, show=not args.no_progress, only=only
         )

@@ -204,6 +204,15 @@ def test_a_run_scores_its_split_once_and_keeps_the_band(tmp_path, tiny_model, ta
     assert str(err.value).startswith("tasks.signal: 0 of the") and "\n" not in str(err.value)
 
 
+def test_the_pool_builds_only_the_kept_tasks(engine, task_dir):
+    from runner.terminal.images import ImageBuilder
+
+    ids = [t.task_id for t in load_split(task_dir, "train")[0]]
+    kept = [ids[3], ids[0]]
+    pool = TaskPool.prepare(task_dir, "train", ImageBuilder(engine), only=kept)
+    assert sorted(pool.by_id) == sorted(kept) and not pool.skipped
+
+
 def es_runner(capsys, *args: str) -> tuple[int, str, str]:
     """``es-runner ARGS`` in this process: (exit status, stdout, stderr)."""
     code = runner_cli.main([str(a) for a in args])
