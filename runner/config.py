@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from runner.es import UpdateRule, parse_staleness
 from runner.es.schemes import check_scheme
@@ -144,6 +144,20 @@ class GenerateTasks(_Strict):
     categories: list[str] | None = None
 
 
+class SignalBand(_Strict):
+    """``tasks.signal``: train only on tasks whose predicted success (the probability of the
+    reference episode under the run's model, runner/models/task_scores.py) is in [min, max]."""
+
+    min: Annotated[float, Field(ge=0.0, le=1.0)] = 0.1
+    max: Annotated[float, Field(ge=0.0, le=1.0)] = 0.9
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SignalBand:
+        if self.min >= self.max:
+            raise ValueError(f"min ({self.min:g}) must be below max ({self.max:g})")
+        return self
+
+
 class TasksConfig(_Strict):
     dir: str | None = None  # a folder of tasks (native or Harbor layout)
     generate: GenerateTasks | None = None  # or generated into the run directory
@@ -154,6 +168,8 @@ class TasksConfig(_Strict):
     # Training episodes reuse a container of the same task after a verified reset
     # (runner/terminal/reset.py); evaluation never does
     reuse_containers: bool = False
+    # train only on the split's tasks with predicted success in a band (None: every task)
+    signal: SignalBand | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> TasksConfig:
@@ -213,8 +229,10 @@ class RunConfig(_Strict):
     # where workers run: in this process, or as Ray actors (runner/workers/); the key was
     # called `backend` before (still read, see RENAMED)
     placement: Literal["local", "ray"] = "local"
-    # members dispatched at one version share task batch and sampling seed (as published)
-    common_random_numbers: bool = True
+    # true: members dispatched at one version share task batch and sampling seed (as
+    # published); pair: the two members of an antithetic pair share them, each pair its own
+    # (more distinct tasks per update); false: every member its own
+    common_random_numbers: bool | Literal["pair"] = True
     logging: LoggingConfig = LoggingConfig()  # live metrics: console, jsonl, tensorboard, ...
 
     @model_validator(mode="after")
@@ -225,6 +243,16 @@ class RunConfig(_Strict):
                 f"({self.sampling.max_new_tokens})"
             )
         return self
+
+    @field_validator("common_random_numbers", mode="before")
+    @classmethod
+    def _crn(cls, value: Any, info: ValidationInfo) -> Any:
+        if not (isinstance(value, bool) or value == "pair"):
+            raise ValueError("must be true, false or pair")
+        es = info.data.get("es")
+        if value == "pair" and es is not None and not es.antithetic:
+            raise ValueError("pair needs es.antithetic: true (a pair is an antithetic pair)")
+        return value
 
 
 # Top-level keys renamed (old: new). An old name keeps working for now: a recorded run

@@ -11,6 +11,7 @@
     checkpoint/es_checkpoint.json   base-weights hash + update log (the ES core's format)
     transcripts.jsonl    every episode's turns (commands, observations, replies)
     tasks_skipped.json   tasks that could not be loaded or built, with the reason
+    task_scores.parquet  tasks.signal: each task's predicted success, and which are in its band
     summary.json         the trace's summary (the keys of staleness-sim run --json)
     run.log              the log
 

@@ -94,13 +94,21 @@ class RunState:
         cfg = self.config
         return derive_seed(cfg.seed, "perturbation", job // 2 if cfg.es.antithetic else job)
 
+    def _shared_by(self, job: int, version: int) -> tuple[str, int]:
+        """What a job's task batch and sampling seed are derived from (common_random_numbers):
+        its version (every member dispatched at it), its antithetic pair, or the job itself."""
+        crn = self.config.common_random_numbers
+        if crn == "pair":
+            return ("pair", job // 2)
+        return ("version", version) if crn else ("job", job)
+
     def dispatch(self, worker: int, t: float) -> dict[str, Any] | policies.Wait:
         decision = self.driver.idle(worker, t)
         if not isinstance(decision, policies.Start):
             return decision
         self._tick(t)
         job, version, cfg = decision.job_id, decision.version, self.config
-        crn = ("version", version) if cfg.common_random_numbers else ("job", job)
+        crn = self._shared_by(job, version)
         ev = {
             "e": "dispatch",
             "job": job,

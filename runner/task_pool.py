@@ -9,6 +9,7 @@ share it (common random numbers).
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,14 +68,19 @@ class TaskPool:
         *,
         threads: int = 2,
         limit: int | None = None,
+        only: Collection[str] | None = None,
         progress=None,
     ) -> TaskPool:
-        """Load and build the split's tasks (cached images are reused at once).
+        """Load and build the split's tasks (cached images are reused at once); ``only``:
+        just these of them (``tasks.signal``: those with predicted success in its band).
 
         The caller checks the engine and the base image first (:func:`docker_ready`), so a
         build failure here is the task's own.
         """
         ids = split_ids(folder, split)[:limit]
+        if only is not None:
+            wanted = set(only)
+            ids = [i for i in ids if i in wanted]
         tasks, skipped = [], []
         for name in ids:
             try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from runner.errors import UserError
 
@@ -33,6 +34,100 @@ def register_tasks(sub: argparse._SubParsersAction) -> None:
     )
     _episode_args(chk)
     chk.set_defaults(func=_cmd_tasks_check)
+    _register_score(tsub)
+
+
+def _register_score(tsub: argparse._SubParsersAction) -> None:
+    from runner.commands.train import MODEL_EVAL
+
+    score = tsub.add_parser(
+        "score",
+        help="each task's predicted success: the probability of its reference episode",
+        description="One forward pass per task over its reference solution (the "
+        "demonstration, rendered as rollouts render it) gives the probability that a rollout "
+        "at the given temperature replays it; nothing runs in a container. Prints a table per "
+        "category; --out writes one row per task (task, category, log_p, p, tokens).",
+    )
+    score.add_argument("--model", type=Path, required=True, metavar="DIR", help="model folder")
+    score.add_argument("--tasks", type=Path, required=True, metavar="DIR", help="task folder")
+    score.add_argument("--split", default="validation", help="task split (default validation)")
+    score.add_argument("--max-tasks", type=int, help="only the first K tasks of the split")
+    score.add_argument("--temperature", type=float, default=0.6)
+    score.add_argument("--top-p", type=float, default=1.0)
+    score.add_argument("--max-new-tokens", type=int, default=MODEL_EVAL["max_new_tokens"])
+    score.add_argument("--context-tokens", type=int, default=MODEL_EVAL["context_tokens"])
+    score.add_argument(
+        "--band", type=float, nargs=2, default=(0.1, 0.9), metavar=("MIN", "MAX"),
+        help="the band whose share the table reports (default 0.1 0.9)",
+    )  # fmt: skip
+    score.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
+    score.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    score.add_argument("--out", type=Path, metavar="FILE", help="rows to FILE (.parquet, .csv)")
+    score.add_argument("--no-progress", action="store_true", help="no progress bar")
+    score.set_defaults(func=_cmd_tasks_score)
+
+
+def _cmd_tasks_score(args: argparse.Namespace) -> int:
+    from runner.models.task_scores import (
+        Scoring,
+        category_table,
+        format_table,
+        load_split,
+        score_folder,
+    )
+
+    _check_score_args(args)
+    tasks, failed = load_split(args.tasks, args.split, args.max_tasks)
+    if failed:
+        print(f"es-runner: {len(failed)} task(s) not loaded (first: {failed[0]})")
+    if not tasks:
+        raise UserError(f"--split {args.split}: no task of {args.tasks} loads")
+    how = Scoring(args.temperature, args.top_p, args.context_tokens, args.max_new_tokens)
+    scores = score_folder(
+        args.model, tasks, how, dtype=args.dtype, device=args.device,
+        show_progress=not args.no_progress,
+    )  # fmt: skip
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        if args.out.suffix == ".csv":
+            scores.to_csv(args.out, index=False)
+        else:
+            scores.to_parquet(args.out, index=False)
+    print(format_table(category_table(scores, tuple(args.band)), tuple(args.band)))
+    print(
+        f"{len(scores)} {args.split} tasks of {args.tasks}, {args.model}, temperature "
+        f"{args.temperature:g}" + (f"; rows in {args.out}" if args.out else "")
+    )
+    return 0
+
+
+def _check_score_args(args: argparse.Namespace) -> None:
+    """Every argument of ``tasks score`` checked before the model loads (one line each)."""
+    if not (args.model / "config.json").is_file():
+        what = "no such folder" if not args.model.is_dir() else "no config.json in it"
+        raise UserError(f"--model {args.model}: not a model folder ({what})")
+    if not args.tasks.is_dir():
+        raise UserError(f"--tasks {args.tasks}: no such folder")
+    if args.split != "all" and not (args.tasks / f"{args.split}.txt").is_file():
+        raise UserError(
+            f"--split {args.split}: {args.tasks} has no {args.split}.txt (or --split all)"
+        )
+    if args.max_tasks is not None and args.max_tasks < 1:
+        raise UserError(f"--max-tasks must be >= 1, got {args.max_tasks}")
+    if args.temperature < 0:
+        raise UserError(f"--temperature must be >= 0, got {args.temperature:g}")
+    if not 0 < args.top_p <= 1:
+        raise UserError(f"--top-p must be in (0, 1], got {args.top_p:g}")
+    if args.max_new_tokens < 1 or args.context_tokens <= args.max_new_tokens:
+        raise UserError(
+            f"--context-tokens ({args.context_tokens}) must exceed --max-new-tokens "
+            f"({args.max_new_tokens}) >= 1"
+        )
+    low, high = args.band
+    if not 0 <= low < high <= 1:
+        raise UserError(f"--band {low:g} {high:g}: need 0 <= MIN < MAX <= 1")
+    if args.out is not None and args.out.suffix not in (".parquet", ".csv"):
+        raise UserError(f"--out {args.out}: give a .parquet or .csv file")
 
 
 def _episode_args(p: argparse.ArgumentParser) -> None:

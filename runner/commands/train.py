@@ -151,16 +151,16 @@ def task_folder(run, config) -> Path:
     return folder
 
 
-def prepare_pool(folder: Path, split: str, builder, limit=None, what="tasks", show=True):
+def prepare_pool(folder: Path, split: str, builder, limit=None, what="tasks", show=True, only=None):
     from tqdm import tqdm
 
     from runner.task_pool import TaskPool, split_ids
 
-    total = len(split_ids(folder, split)[:limit])
+    total = len(split_ids(folder, split)[:limit]) if only is None else len(only)
     with tqdm(
         total=total, desc=f"building {what}", unit="task", leave=False, disable=not show
     ) as bar:
-        return TaskPool.prepare(folder, split, builder, limit=limit, progress=bar.update)
+        return TaskPool.prepare(folder, split, builder, limit=limit, only=only, progress=bar.update)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -185,7 +185,20 @@ def cmd_train(args: argparse.Namespace) -> int:
         reaper.reap_orphans(client)  # containers of a process that died (a killed run)
         builder = ImageBuilder(client)
         folder = task_folder(run, config)
-        pool = prepare_pool(folder, config.tasks.split, builder, show=not args.no_progress)
+        only = None
+        if config.tasks.signal is not None:  # scored once, kept in the run directory
+            from runner.models.task_scores import signal_task_ids
+
+            only = signal_task_ids(run, config, folder, show_progress=not args.no_progress)
+            band = config.tasks.signal
+            print(
+                f"es-runner: tasks.signal: training on {len(only)} {config.tasks.split} task(s) "
+                f"with predicted success in [{band.min:g}, {band.max:g}] (scores: "
+                f"{run / 'task_scores.parquet'})"
+            )
+        pool = prepare_pool(
+            folder, config.tasks.split, builder, show=not args.no_progress, only=only
+        )
         run.write_json("tasks_skipped.json", [s.__dict__ for s in pool.skipped])
         if pool.skipped:
             print(
