@@ -80,13 +80,20 @@ def finished(run: Path) -> bool:
 
 
 def runs_table(work: Path) -> pd.DataFrame:
-    """Every finished run under ``work``, by schedule and seed."""
+    """Every finished run under ``work``, by schedule (in :data:`ORDER`) and seed."""
     runs = sorted(p for p in work.iterdir() if RUN_NAME.match(p.name) and finished(p))
     if not runs:
         raise ValueError(
             f"{work}: no finished run (<schedule>_s<seed> with its last update evaluated)"
         )
-    return pd.DataFrame([run_row(run) for run in runs])
+    table = pd.DataFrame([run_row(run) for run in runs])
+    order = table["schedule"].map(ORDER).fillna(len(ORDER))
+    return (
+        table.assign(_order=order)
+        .sort_values(["_order", "schedule", "seed"])
+        .drop(columns="_order")
+        .reset_index(drop=True)
+    )
 
 
 def schedule_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -118,10 +125,6 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    runs = runs.sort_values(
-        ["schedule", "seed"],
-        key=lambda c: c.map(ORDER).fillna(len(ORDER)) if c.name == "schedule" else c,
-    )
     table = schedule_table(runs)
     fmt = "{:.3f}".format
     print(runs.to_string(index=False, float_format=fmt))
