@@ -21,8 +21,8 @@
 #                one is built with `es-runner model pretrain MODEL $PRETRAIN_ARGS`
 #   TASKS        the generated task folder (default examples/warm_start/tasks, not committed:
 #                regenerated here from the same seed when missing)
-#   EXPORT_TO    a folder: copy there every run's trace, evaluations and final ES checkpoint
-#                and the table (examples/runs/learn was made so)
+#   EXPORT_TO    a folder: copy there every run's trace, evaluations (version 0 included)
+#                and final ES checkpoint, and the table (examples/runs/learn was made so)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work="${1:-runs/learn}"
@@ -112,8 +112,12 @@ if [ -n "${EXPORT_TO:-}" ]; then
     [ -d "$run" ] || continue
     dest="$EXPORT_TO/$(basename "$run")"
     rm -rf "$dest" && mkdir -p "$dest/checkpoint"
-    cp "$run"/{config.yaml,meta.json,summary.json,jobs.parquet,updates.parquet,workers.parquet,episodes.parquet,eval.parquet,tasks_skipped.json,metrics.jsonl} "$dest/"
+    cp "$run"/{config.yaml,meta.json,summary.json,jobs.parquet,updates.parquet,workers.parquet,episodes.parquet,tasks_skipped.json,metrics.jsonl} "$dest/"
     cp "$run/checkpoint/es_checkpoint.json" "$dest/checkpoint/"
+    # the copy's eval.parquet holds version 0 too (the shared base's rows where the run
+    # skipped it), so that every exported run reads alone
+    python -c 'import sys; from pathlib import Path; from runner.learning_table import run_evals
+run_evals(Path(sys.argv[1])).to_parquet(sys.argv[2], index=False)' "$run" "$dest/eval.parquet"
   done
   cp "$work"/schedules*.csv "$work/eval_base.parquet" "$EXPORT_TO/"
   echo "exported to $EXPORT_TO ($(du -sh "$EXPORT_TO" | cut -f1))"
