@@ -86,3 +86,23 @@ def test_the_habit_warm_start_and_its_example_checkpoints():
         replayed = load_checkpoint(load_model(HABIT)[0], run / "checkpoint")
         assert replayed.version == doc["version"] == 30
         replayed.close()
+
+
+MISTAKE = REPO / "examples" / "warm_start_mistake"
+MISTAKE_HASH = "a98863f782276450592b2288dfed489f8785e80c0763c3cffc8460c38b1c64c9"  # pretrain.json
+
+
+def test_the_mistake_warm_start_is_what_its_record_says():
+    from runner.backends.hf import load_model
+    from runner.es import ESOptimizer
+
+    record = json.loads((MISTAKE / "pretrain.json").read_text())
+    assert record["result"]["weights_hash"] == MISTAKE_HASH
+    assert (record["config"]["init_from"], record["config"]["habit"]) == (
+        "examples/warm_start",
+        "mistake",
+    )
+    model, _ = load_model(MISTAKE)
+    opt = ESOptimizer(model)
+    assert opt.base_hash == MISTAKE_HASH
+    opt.close()
