@@ -8,9 +8,9 @@ error, stale share, mean lag and wall time.
 Runs are the folders named ``<schedule>_s<seed>`` holding an ``eval.parquet`` and a
 ``summary.json``. Version 0 is the same model on the same tasks and seeds in every run, so
 runs made with ``eval.initial: false`` take it from the folder's ``eval_base.parquet`` (the
-script keeps there the first run's version-0 evaluation). The spread of a schedule is over its training seeds (sample sd), which
-is the variation a reader of one training run should expect; each run's own gain SE is
-over test tasks (runner.evaluation.success_gain).
+script keeps there the first run's version-0 evaluation). The spread of a schedule is over
+its training seeds (sample sd), which is the variation a reader of one training run should
+expect; each run's own gain SE is over test tasks (runner.evaluation.success_gain).
 """
 
 from __future__ import annotations
