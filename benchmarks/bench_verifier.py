@@ -1,6 +1,7 @@
 """CPU-seconds per episode with the pytest verifier and the light one, interleaved in one run.
 
-Usage: python benchmarks/bench_verifier.py [--episodes 32] [--rounds 1] [--reuse] [--json OUT]
+Usage: python benchmarks/bench_verifier.py [--episodes 32] [--rounds 1] [--reuse] [--memo]
+                                           [--json OUT]
 
 Each episode is a real one of the warm-start model (its commands, recorded by a training
 run: ``tests/terminal/data/recorded_episodes.json``) replayed in a fresh container: start,
@@ -16,7 +17,9 @@ containerd; shared with anything else using the engine, so noisy where other wor
 arm, the light verifier in containers reused after a verified reset (training episodes with
 ``tasks.reuse_containers``): a reused container's episode counts from where the previous
 one's reset left its CPU, through its own reset (the recorded episodes come from ES
-cohorts, so their tasks repeat, as in training).
+cohorts, so their tasks repeat, as in training). ``--memo`` adds the light verifier with
+the memo of repeated episodes (``tasks.memo``, audit 0.1): an episode that repeats an earlier
+one's commands costs what its play costs (nothing in a container unless it is audited).
 """
 
 from __future__ import annotations
@@ -28,12 +31,15 @@ import resource
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from runner.terminal.episode import make_client
 from runner.terminal.generator.writer import generate_specs
 from runner.terminal.images import ImageBuilder
 from runner.terminal.loaders import load_native
+from runner.terminal.memo import EpisodeMemo
 from runner.terminal.reset import SandboxPool
 from runner.terminal.sandbox import Sandbox
 from runner.terminal.verifier import verify_final
@@ -83,39 +89,61 @@ def self_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def episode(client, tag, task, commands, arm, pool) -> dict[str, float]:
-    """One replayed episode under ``arm`` (pytest, light, or light+reuse through ``pool``)."""
+def episode(client, tag, task, commands, arm, pool, memo) -> dict[str, float]:
+    """One replayed episode under ``arm`` (pytest, light, light+reuse through ``pool``, or
+    light+memo through ``memo``)."""
     verifier = arm.split("+")[0]
     pids = daemons()
     d0, s0, t0 = sum(map(process_cpu, pids)), self_cpu(), time.perf_counter()
-    started = pool.counts["started"] if pool is not None else 0
-    lease = Sandbox.for_task(client, tag, task) if pool is None else pool.lease(client, tag, task)
-    with lease as sandbox:
+    cpu = {"container": 0.0, "shim": 0.0, "verify": 0.0, "reused": False}
+
+    @contextmanager
+    def counted() -> Iterator[Sandbox]:
+        """A sandbox whose container and shim CPU land in ``cpu`` when the episode ends."""
+        started = pool.counts["started"] if pool is not None else 0
+        lease = (
+            Sandbox.for_task(client, tag, task) if pool is None else pool.lease(client, tag, task)
+        )
+        with lease as sandbox:
+            init_pid = sandbox.container.attrs["State"]["Pid"]
+            shim = int(Path(f"/proc/{init_pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            # a reused container's CPU so far was the episodes' before it (its reset included)
+            reused = pool is not None and pool.counts["started"] == started
+            c0, h0 = (cgroup_cpu(init_pid), process_cpu(shim)) if reused else (0.0, 0.0)
+            yield sandbox
+            c1, h1 = cgroup_cpu(init_pid), process_cpu(shim)
+        if pool is not None and Path(f"/proc/{init_pid}").exists():  # kept: count its reset
+            c1, h1 = cgroup_cpu(init_pid), process_cpu(shim)
+        cpu.update(container=c1 - c0, shim=h1 - h0, reused=reused)
+
+    def verify(sandbox: Sandbox):
         init_pid = sandbox.container.attrs["State"]["Pid"]
-        shim = int(Path(f"/proc/{init_pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        # a reused container's CPU so far was the episodes' before it (its reset included)
-        reused = pool is not None and pool.counts["started"] == started
-        c0, h0 = (cgroup_cpu(init_pid), process_cpu(shim)) if reused else (0.0, 0.0)
-        for command in commands:
-            sandbox.run(command, 10)
         v0 = cgroup_cpu(init_pid)
         result = verify_final(sandbox, task, verifier=verifier)
-        verify = cgroup_cpu(init_pid) - v0
-        c1, h1 = cgroup_cpu(init_pid), process_cpu(shim)
-    if pool is not None and Path(f"/proc/{init_pid}").exists():  # kept: count its reset
-        c1, h1 = cgroup_cpu(init_pid), process_cpu(shim)
+        cpu["verify"] = cgroup_cpu(init_pid) - v0
+        return result
+
+    if memo is not None:
+        with memo.play(tag, task.task_id, counted, 10) as play:
+            for command in commands:
+                play.run(command, 10)
+            result = play.verify(verify)
+    else:
+        with counted() as sandbox:
+            for command in commands:
+                sandbox.run(command, 10)
+            result = verify(sandbox)
     assert result.verifier == verifier, result.output[-400:]
     own, daemon = self_cpu() - s0, sum(map(process_cpu, pids)) - d0
-    container, shim_cpu = c1 - c0, h1 - h0
     return {
-        "cpu_s": container + shim_cpu + own + daemon,
-        "container_s": container,
-        "verify_s": verify,
-        "shim_s": shim_cpu,
+        "cpu_s": cpu["container"] + cpu["shim"] + own + daemon,
+        "container_s": cpu["container"],
+        "verify_s": cpu["verify"],
+        "shim_s": cpu["shim"],
         "client_s": own,
         "daemons_s": daemon,
         "wall_s": time.perf_counter() - t0,
-        "reused": reused,
+        "reused": cpu["reused"],
         "passed": result.passed,
         "graded": result.graded,
     }
@@ -129,11 +157,17 @@ def main() -> None:
     ap.add_argument(
         "--reuse",
         action="store_true",
-        help="a third arm: light with containers reused after a verified reset (reset.py)",
+        help="an arm: light with containers reused after a verified reset (reset.py)",
+    )
+    ap.add_argument(
+        "--memo",
+        action="store_true",
+        help="an arm: light with the memo of repeated episodes, audit 0.1 (memo.py)",
     )
     args = ap.parse_args()
-    arms = ["pytest", "light"] + (["light+reuse"] if args.reuse else [])
+    arms = ["pytest", "light"] + ["light+reuse"] * args.reuse + ["light+memo"] * args.memo
     pool = SandboxPool(max_idle=16) if args.reuse else None
+    memo = EpisodeMemo(audit=0.1) if args.memo else None
 
     doc = json.loads(RECORDED.read_text())
     specs = dict(generate_specs(doc["tasks"]["n"], doc["tasks"]["seed"]))
@@ -153,7 +187,15 @@ def main() -> None:
                 k = (i + r) % len(arms)  # each arm first in turn
                 order = arms[k:] + arms[:k]
                 runs = {
-                    a: episode(client, tag, task, e["commands"], a, pool if "+reuse" in a else None)
+                    a: episode(
+                        client,
+                        tag,
+                        task,
+                        e["commands"],
+                        a,
+                        pool if "+reuse" in a else None,
+                        memo if "+memo" in a else None,
+                    )  # fmt: skip
                     for a in order
                 }
                 verdicts = {(x["passed"], x["graded"]) for x in runs.values()}
@@ -163,6 +205,8 @@ def main() -> None:
     if pool is not None:
         pool.close()
         print("reuse:", dict(pool.counts))
+    if memo is not None:
+        print("memo:", dict(memo.counts))
     report(rows, arms)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))

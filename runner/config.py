@@ -158,6 +158,15 @@ class SignalBand(_Strict):
         return self
 
 
+class EpisodeMemoConfig(_Strict):
+    """``tasks.memo``: training episodes that repeat an earlier one's commands on the same
+    task take its outputs and verdict without a container (runner/terminal/memo.py)."""
+
+    # the share of such episodes replayed and verified in a real container and compared
+    audit: Annotated[float, Field(ge=0.0, le=1.0)] = 0.1
+    max_entries: PosInt = 50_000  # memoised commands and verdicts kept per worker
+
+
 class TasksConfig(_Strict):
     dir: str | None = None  # a folder of tasks (native or Harbor layout)
     generate: GenerateTasks | None = None  # or generated into the run directory
@@ -168,8 +177,16 @@ class TasksConfig(_Strict):
     # Training episodes reuse a container of the same task after a verified reset
     # (runner/terminal/reset.py); evaluation never does
     reuse_containers: bool = False
+    # Training episodes that repeat an earlier one's commands are answered by a memo
+    # (true, or {audit, max_entries}); evaluation never is
+    memo: EpisodeMemoConfig | None = None
     # train only on the split's tasks with predicted success in a band (None: every task)
     signal: SignalBand | None = None
+
+    @field_validator("memo", mode="before")
+    @classmethod
+    def _memo_switch(cls, value: object) -> object:
+        return {} if value is True else None if value is False else value
 
     @model_validator(mode="after")
     def _one_source(self) -> TasksConfig:

@@ -23,6 +23,7 @@ from runner.errors import UserError
 from runner.seeds import derive_seed
 from runner.terminal.episode import EpisodeConfig, EpisodeRecord, make_client, run_episode
 from runner.terminal.images import ImageBuilder
+from runner.terminal.memo import EpisodeMemo
 from runner.terminal.protocol import Message
 from runner.terminal.reset import SandboxPool
 from runner.terminal.task import Task
@@ -57,6 +58,9 @@ EPISODE_COLUMNS = (
     "turn_tokens_in",
     "turn_tokens_out",
     "turn_command_s",
+    # training with tasks.memo: how the episode ran (hit | partial | miss | audit; "" without)
+    "memo",
+    "memo_mismatch",
 )
 
 
@@ -203,6 +207,8 @@ def episode_row(
         "turn_tokens_in": list(stats.turn_tokens_in),
         "turn_tokens_out": list(stats.turn_tokens_out),
         "turn_command_s": [t.duration_s for t in rec.transcript],
+        "memo": rec.memo,
+        "memo_mismatch": rec.memo_mismatch,
     }
 
 
@@ -219,9 +225,11 @@ def run_job(
     clock: Callable[[], float],
     perturb: bool = True,
     sandboxes: SandboxPool | None = None,
+    memo: EpisodeMemo | None = None,
 ) -> JobOutcome:
     """Evaluate ``job`` (perturbed unless ``perturb`` is False: evaluation of the weights);
-    ``sandboxes``: containers reused after a verified reset (training only)."""
+    ``sandboxes``: containers reused after a verified reset, ``memo``: repeated episodes
+    answered without a container (training only)."""
 
     def episode(index: int, task: Task) -> tuple[dict[str, Any], dict[str, Any]]:
         agent = SessionAgent(batcher, derive_seed(job.sampling_seed, index), clock)
@@ -229,7 +237,7 @@ def run_job(
         try:
             rec = run_episode(
                 task, agent, client=client, builder=builder, config=episode_config, abort=abort,
-                sandboxes=sandboxes,
+                sandboxes=sandboxes, memo=memo,
             )  # fmt: skip
         finally:
             agent.close()

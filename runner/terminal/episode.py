@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 
 import docker
@@ -19,6 +20,7 @@ import docker
 from runner.terminal import reaper
 from runner.terminal.errors import TerminalError
 from runner.terminal.images import ImageBuilder, ImageConfig
+from runner.terminal.memo import EpisodeMemo, MemoPlay
 from runner.terminal.protocol import (
     PARSE_ERROR_OBSERVATION,
     SYSTEM_PROMPT,
@@ -30,7 +32,7 @@ from runner.terminal.protocol import (
 from runner.terminal.reset import SandboxPool
 from runner.terminal.sandbox import Sandbox, SandboxConfig
 from runner.terminal.task import Task
-from runner.terminal.verifier import check_initial, verify_final
+from runner.terminal.verifier import VerifierResult, check_initial, verify_final
 
 ABORT = threading.Event()  # set on Ctrl-C: running episodes stop at their next turn
 
@@ -91,6 +93,9 @@ class EpisodeRecord:
     verify_s: float = 0.0
     duration_s: float = 0.0
     transcript: list[Turn] = field(default_factory=list)
+    # training episodes with a memo (runner.terminal.memo): hit | partial | miss | audit
+    memo: str = ""
+    memo_mismatch: bool = False  # a replayed output or an audited verdict differed
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -120,6 +125,7 @@ def run_episode(
     config: EpisodeConfig | None = None,
     abort: threading.Event | None = None,
     sandboxes: SandboxPool | None = None,
+    memo: EpisodeMemo | None = None,
 ) -> EpisodeRecord:
     """One episode; failures of the task or engine land in ``record.error`` (reward 0).
 
@@ -127,6 +133,8 @@ def run_episode(
     unverified, with ``error="aborted"``: a job cancelled by its scheduling policy.
     ``sandboxes`` (training only) lends a container of the same task that a verified reset
     brought back to the task's fresh state, and takes it back (runner.terminal.reset).
+    ``memo`` (training only) answers an episode that repeats an earlier one's commands
+    without a container (runner.terminal.memo).
     """
     config = config or EpisodeConfig()
     stop = _Stop(abort)
@@ -140,38 +148,48 @@ def run_episode(
         built = builder.ensure(task)
         record.image, record.build_s = built.tag, built.seconds
         record.build_notes = list(built.notes)
-        lease = (
-            sandboxes.lease(
+
+        def lease() -> AbstractContextManager[Sandbox]:
+            if sandboxes is not None:
+                return sandboxes.lease(
+                    client, built.tag, task, config.sandbox, verifier_network=verifier_network
+                )
+            return Sandbox.for_task(
                 client, built.tag, task, config.sandbox, verifier_network=verifier_network
             )
-            if sandboxes is not None
-            else Sandbox.for_task(
-                client, built.tag, task, config.sandbox, verifier_network=verifier_network
+
+        def verify(sandbox: Sandbox) -> VerifierResult:
+            sandbox.ensure_running()  # a container the agent stopped is not verified
+            result = verify_final(
+                sandbox, task, offline_fallback=config.offline_verifier, verifier=config.verifier
             )
+            if result.exit_code < 0:  # the engine could not run it: was it stopping?
+                sandbox.ensure_stopped_is_named()
+            return result
+
+        prepare = getattr(agent, "prepare", None)  # e.g. a solution script uploading its folder
+        # the memo stands in for the container until the episode needs a real one; an
+        # episode that checks the initial state or uploads files starts one at once
+        play = (
+            memo.play(built.tag, task.task_id, lease, config.command_timeout_s)
+            if memo is not None and not config.check_initial and not callable(prepare)
+            else None
         )
-        with lease as sandbox:
-            record.start_s = sandbox.start_s
-            if config.check_initial:
-                init = check_initial(sandbox, task, verifier=config.verifier)
-                if init is not None:
-                    record.initial_ok, record.initial_output = init.passed, init.output
-            prepare = getattr(agent, "prepare", None)
-            if callable(prepare):  # e.g. a solution script uploading its folder
-                prepare(sandbox, task)
+        with play if play is not None else lease() as sandbox:
+            if play is None:
+                record.start_s = sandbox.start_s
+                if config.check_initial:
+                    init = check_initial(sandbox, task, verifier=config.verifier)
+                    if init is not None:
+                        record.initial_ok, record.initial_output = init.passed, init.output
+                if callable(prepare):
+                    prepare(sandbox, task)
             _agent_loop(sandbox, task, agent, config, record, stop)
             if record.timed_out:
                 record.verifier_output = "[not verified: the episode timed out]"
             elif not stop():
-                sandbox.ensure_running()  # a container the agent stopped is not verified
                 tv = time.perf_counter()
-                result = verify_final(
-                    sandbox,
-                    task,
-                    offline_fallback=config.offline_verifier,
-                    verifier=config.verifier,
-                )
-                if result.exit_code < 0:  # the engine could not run it: was it stopping?
-                    sandbox.ensure_stopped_is_named()
+                result = play.verify(verify) if play is not None else verify(sandbox)
                 record.verify_s = time.perf_counter() - tv
                 record.passed, record.reward = result.passed, result.reward
                 record.graded = result.graded
@@ -180,6 +198,9 @@ def run_episode(
                 if result.error:
                     record.verifier_error = result.error
                     record.error = f"{task.task_id}: {result.error}"
+            if play is not None:
+                record.start_s, record.memo = play.start_s, play.kind
+                record.memo_mismatch = play.mismatch
     except TerminalError as exc:
         record.error = str(exc)
     except Exception as exc:  # noqa: BLE001 - an engine failure must not kill the batch
@@ -199,7 +220,7 @@ class _Stop:
 
 
 def _agent_loop(
-    sandbox: Sandbox,
+    sandbox: Sandbox | MemoPlay,
     task: Task,
     agent: Agent,
     config: EpisodeConfig,

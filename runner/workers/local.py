@@ -16,6 +16,7 @@ from runner.es import UpdateRecord
 from runner.rollouts import JobOutcome, JobSpec, run_job
 from runner.terminal.episode import EpisodeConfig
 from runner.terminal.images import ImageBuilder
+from runner.terminal.memo import EpisodeMemo
 from runner.terminal.reset import SandboxPool
 
 
@@ -102,6 +103,13 @@ class LocalWorker:
         self.sandboxes = (
             SandboxPool(max_idle=config.episodes_per_job) if config.tasks.reuse_containers else None
         )
+        # training episodes that repeat an earlier one's commands, answered without one
+        memo = config.tasks.memo
+        self.memo = (
+            EpisodeMemo(audit=memo.audit, max_entries=memo.max_entries, seed=config.seed + index)
+            if memo is not None
+            else None
+        )
 
     @property
     def base_hash(self) -> str | None:
@@ -135,9 +143,12 @@ class LocalWorker:
             clock=clock or self.clock,
             perturb=perturb,
             sandboxes=self.sandboxes if perturb else None,
+            memo=self.memo if perturb else None,
         )
 
     def close(self) -> None:
+        if self.memo is not None:
+            self.memo.close()
         if self.sandboxes is not None:
             self.sandboxes.close()
         self.batcher.close()

@@ -130,3 +130,26 @@ def test_journal_replays_into_the_same_state(engine, run_config, tmp_path):
     replayed = state.trace({}).jobs
     written = pd.read_parquet(out / "jobs.parquet")
     pd.testing.assert_frame_equal(replayed, written, check_dtype=False)
+
+
+def test_memo_answers_repeated_training_episodes(engine, run_config, tmp_path):
+    """tasks.memo: members that share tasks and sampling seeds and barely differ in weights
+    send the same commands; all but the first of each are answered without a container and
+    get the verdict the first one's container gave."""
+    out = tmp_path / "memo"
+    config = run_config(
+        **{"workers": 1, "cohort": 4, "updates": 1, "es.sigma": 1e-7, "tasks.memo": {"audit": 0}}
+    )
+    assert train(str(config), "--out", str(out)) == 0
+    check_run(out, cohort=4, updates=1, workers=1, max_lag=0)
+    episodes = pd.read_parquet(out / "episodes.parquet").sort_values(["job_id", "index"])
+    first = episodes[episodes.job_id == episodes.job_id.min()]
+    assert set(first["memo"]) <= {"miss", "hit"}  # a task drawn twice repeats its first
+    later = episodes[episodes.job_id > episodes.job_id.min()]
+    hits = later[later["memo"] == "hit"]
+    assert len(hits) >= len(later) // 2 and (hits["sandbox_start_s"] == 0).all()
+    verdicts = first.groupby("task_id")[["passed", "graded", "reward"]].first()
+    for hit in hits.itertuples():
+        assert (hit.passed, hit.graded, hit.reward) == tuple(verdicts.loc[hit.task_id])
+    assert not episodes["memo_mismatch"].any()
+    assert "training episodes' memo" in (out / "run.log").read_text()
