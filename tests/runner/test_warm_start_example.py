@@ -92,9 +92,13 @@ MISTAKE = REPO / "examples" / "warm_start_mistake"
 MISTAKE_HASH = "a98863f782276450592b2288dfed489f8785e80c0763c3cffc8460c38b1c64c9"  # pretrain.json
 
 
-def test_the_mistake_warm_start_is_what_its_record_says():
+# ES from it under sync (scripts/learn_on_laptop.sh with MODEL=examples/warm_start_mistake)
+LEARN_MISTAKE = sorted((REPO / "examples" / "runs" / "learn_mistake").glob("sync_s[0-9]*"))
+
+
+def test_the_mistake_warm_start_and_its_example_checkpoints():
     from runner.backends.hf import load_model
-    from runner.es import ESOptimizer
+    from runner.es import ESOptimizer, load_checkpoint
 
     record = json.loads((MISTAKE / "pretrain.json").read_text())
     assert record["result"]["weights_hash"] == MISTAKE_HASH
@@ -106,3 +110,10 @@ def test_the_mistake_warm_start_is_what_its_record_says():
     opt = ESOptimizer(model)
     assert opt.base_hash == MISTAKE_HASH
     opt.close()
+    assert len(LEARN_MISTAKE) >= 2
+    for run in LEARN_MISTAKE:
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        assert config["model"]["path"] == "examples/warm_start_mistake"
+        replayed = load_checkpoint(load_model(MISTAKE)[0], run / "checkpoint")
+        assert replayed.version == 30
+        replayed.close()
