@@ -70,7 +70,7 @@ HABIT_HASH = "01499da0ae95d425f6a679a5a5dd2be327002f16064adc746821e82f6b237455" 
 
 def test_the_habit_warm_start_and_its_example_checkpoints():
     from runner.backends.hf import load_model
-    from runner.es import ESOptimizer, load_checkpoint, read_checkpoint
+    from runner.es import ESOptimizer
 
     assert json.loads((HABIT / "pretrain.json").read_text())["result"]["weights_hash"] == (
         HABIT_HASH
@@ -80,10 +80,20 @@ def test_the_habit_warm_start_and_its_example_checkpoints():
     assert opt.base_hash == HABIT_HASH
     opt.close()
     assert len(LEARN) >= 3
-    for run in LEARN:
+    _replay_onto(HABIT, LEARN)
+
+
+def _replay_onto(base, runs) -> None:
+    """Every run's final ES checkpoint replays onto its warm start (version 30)."""
+    from runner.backends.hf import load_model
+    from runner.es import load_checkpoint, read_checkpoint
+
+    for run in runs:
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        assert REPO / config["model"]["path"] == base
         doc = read_checkpoint(run / "checkpoint")
         # load_checkpoint refuses a base whose hash (over the searched es.params) differs
-        replayed = load_checkpoint(load_model(HABIT)[0], run / "checkpoint")
+        replayed = load_checkpoint(load_model(base)[0], run / "checkpoint")
         assert replayed.version == doc["version"] == 30
         replayed.close()
 
@@ -98,7 +108,7 @@ LEARN_MISTAKE = sorted((REPO / "examples" / "runs" / "learn_mistake").glob("sync
 
 def test_the_mistake_warm_start_and_its_example_checkpoints():
     from runner.backends.hf import load_model
-    from runner.es import ESOptimizer, load_checkpoint
+    from runner.es import ESOptimizer
 
     record = json.loads((MISTAKE / "pretrain.json").read_text())
     assert record["result"]["weights_hash"] == MISTAKE_HASH
@@ -110,10 +120,5 @@ def test_the_mistake_warm_start_and_its_example_checkpoints():
     opt = ESOptimizer(model)
     assert opt.base_hash == MISTAKE_HASH
     opt.close()
-    assert len(LEARN_MISTAKE) >= 2
-    for run in LEARN_MISTAKE:
-        config = yaml.safe_load((run / "config.yaml").read_text())
-        assert config["model"]["path"] == "examples/warm_start_mistake"
-        replayed = load_checkpoint(load_model(MISTAKE)[0], run / "checkpoint")
-        assert replayed.version == 30
-        replayed.close()
+    assert len(LEARN_MISTAKE) >= 3
+    _replay_onto(MISTAKE, LEARN_MISTAKE)
