@@ -69,25 +69,22 @@ HABIT_HASH = "01499da0ae95d425f6a679a5a5dd2be327002f16064adc746821e82f6b237455" 
 
 
 def test_the_habit_warm_start_and_its_example_checkpoints():
-    from runner.backends.hf import load_model
-    from runner.es import ESOptimizer
-
     assert json.loads((HABIT / "pretrain.json").read_text())["result"]["weights_hash"] == (
         HABIT_HASH
     )
-    model, _ = load_model(HABIT)
-    opt = ESOptimizer(model)
-    assert opt.base_hash == HABIT_HASH
-    opt.close()
     assert len(LEARN) >= 3
-    _replay_onto(HABIT, LEARN)
+    _weights_and_runs(HABIT, HABIT_HASH, LEARN)
 
 
-def _replay_onto(base, runs) -> None:
-    """Every run's final ES checkpoint replays onto its warm start (version 30)."""
+def _weights_and_runs(base, weights_hash: str, runs) -> None:
+    """The warm start's weights hash is ``weights_hash``, and every run's final ES checkpoint
+    replays onto it (version 30)."""
     from runner.backends.hf import load_model
-    from runner.es import load_checkpoint, read_checkpoint
+    from runner.es import ESOptimizer, load_checkpoint, read_checkpoint
 
+    opt = ESOptimizer(load_model(base)[0])
+    assert opt.base_hash == weights_hash
+    opt.close()
     for run in runs:
         config = yaml.safe_load((run / "config.yaml").read_text())
         assert REPO / config["model"]["path"] == base
@@ -107,18 +104,11 @@ LEARN_MISTAKE = sorted((REPO / "examples" / "runs" / "learn_mistake").glob("sync
 
 
 def test_the_mistake_warm_start_and_its_example_checkpoints():
-    from runner.backends.hf import load_model
-    from runner.es import ESOptimizer
-
     record = json.loads((MISTAKE / "pretrain.json").read_text())
     assert record["result"]["weights_hash"] == MISTAKE_HASH
     assert (record["config"]["init_from"], record["config"]["habit"]) == (
         "examples/warm_start",
         "mistake",
     )
-    model, _ = load_model(MISTAKE)
-    opt = ESOptimizer(model)
-    assert opt.base_hash == MISTAKE_HASH
-    opt.close()
     assert len(LEARN_MISTAKE) >= 3
-    _replay_onto(MISTAKE, LEARN_MISTAKE)
+    _weights_and_runs(MISTAKE, MISTAKE_HASH, LEARN_MISTAKE)
